@@ -1,0 +1,40 @@
+# opbench: `make test` checks everything once, `make bench` measures the quick operator and
+# end-to-end suites on the CPU and saves the run under .benchmarks/.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/pytest
+BENCH_ARGS ?=
+
+.PHONY: venv test bench bench-ops bench-e2e report lint clean
+
+venv: $(STAMP)
+
+# Reinstalled only when the project's metadata changes. torch comes first, pinned to the CPU
+# build that lies on this machine's disk; the extras then find it satisfied.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -c constraints.txt -e ".[all,dev]"
+	touch $(STAMP)
+
+test: venv
+	$(BIN)/ruff check src tests benchmarks conftest.py
+	$(PYTEST) tests -q
+	$(PYTEST) benchmarks --benchmark-disable -q
+
+bench: venv
+	$(PYTEST) benchmarks/ops benchmarks/e2e --benchmark-autosave --benchmark-max-time=0.5 \
+	  --benchmark-group-by=group --benchmark-sort=name \
+	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
+
+report: venv
+	$(BIN)/opbench report
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks conftest.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,11 @@
+"""Conv operators: each test measures one operator over the selected frameworks, modes and sizes."""
+
+from opbench.measure import measure
+
+
+def test_conv2d(op_case, benchmark):
+    measure(benchmark, op_case)
+
+
+def test_conv2d_backward(op_case, benchmark):
+    measure(benchmark, op_case)

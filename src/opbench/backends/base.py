@@ -1,0 +1,89 @@
+"""The interface every framework backend implements.
+
+A backend turns a framework-neutral operator or model into a zero-argument callable on its
+framework, in one of its execution modes, and knows how to synchronise, pin threads and move
+arrays between NumPy and its device. Its module is the only one that imports its framework.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+Call = Callable[[], Any]
+
+
+class Backend(abc.ABC):
+    """One framework. Operator implementations are looked up by the operator's name."""
+
+    name: str
+    modes: tuple[str, ...]
+    kernel_layout = "OIHW"
+
+    @abc.abstractmethod
+    def version(self) -> str: ...
+
+    @abc.abstractmethod
+    def gpu_unavailable(self) -> str | None:
+        """Why the GPU cannot be used, or None when it can."""
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        """The dtypes this framework computes in on `device`."""
+        return ("float32", "float16", "bfloat16")
+
+    def image_layout(self, device: str) -> str:
+        """The layout of image tensors on `device`: "NCHW" or "NHWC"."""
+        return "NCHW"
+
+    @abc.abstractmethod
+    def from_numpy(self, array: np.ndarray, device: str, dtype: str) -> Any: ...
+
+    @abc.abstractmethod
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        """A float32 (or integer) NumPy copy of `tensor`; waits for it to be computed."""
+
+    @abc.abstractmethod
+    def sync(self, device: str) -> None:
+        """Block until every operation queued on `device` has finished."""
+
+    @abc.abstractmethod
+    def set_threads(self, n: int) -> None: ...
+
+    @abc.abstractmethod
+    def threads(self) -> int:
+        """The intra-op thread count the framework will actually use now."""
+
+    def op(self, name: str) -> Callable[..., Any] | None:
+        """This framework's implementation of operator `name`, or None."""
+        return getattr(self._ops_module(), name, None)
+
+    @abc.abstractmethod
+    def _ops_module(self) -> Any: ...
+
+    @abc.abstractmethod
+    def forward(self, impl: Callable[..., Any], p: dict, args: Sequence[Any], mode: str, device: str) -> Call:
+        """A callable computing impl(p, *args) in `mode` on `device`. Tracing or compilation
+        happens on its first call, not here."""
+
+    @abc.abstractmethod
+    def backward(
+        self, impl: Callable[..., Any], p: dict, args: Sequence[Any], argnums: Sequence[int], cotangent: Any,
+        mode: str, device: str,
+    ) -> Call:
+        """A callable returning (output, grads): the forward pass and the vector-Jacobian product
+        with `cotangent`, with respect to args[i] for i in argnums."""
+
+    def creation(self, impl: Callable[..., Any], p: dict, host_args: Sequence[Any], device: str, dtype: str) -> Call:
+        """A callable that creates a tensor with a creation operator (eager only)."""
+        return lambda: impl(p, device, dtype, *host_args)
+
+    def info(self) -> dict[str, Any]:
+        """Build facts for machine_info: version and whatever decides its speed."""
+        return {"version": self.version()}
+
+
+class Unavailable(Exception):
+    """A framework, device, mode or dtype cannot run here; the message is the skip reason."""

@@ -1,0 +1,147 @@
+"""One source of settings: command-line option > OPBENCH_* environment variable > default.
+
+Every name a user can type is validated here, so an unknown framework, device, mode, dtype or
+profile is one usage error that lists the valid names.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+FRAMEWORKS = ("numpy", "torch", "tensorflow", "mxnet")
+DEVICES = ("cpu", "gpu")
+DTYPES = ("float32", "float16", "bfloat16")
+PROFILES = ("quick", "full")
+# The execution modes of each framework; known without importing any of them.
+FRAMEWORK_MODES = {
+    "numpy": ("eager",),
+    "torch": ("eager", "compile"),
+    "tensorflow": ("eager", "graph", "xla"),
+    "mxnet": ("eager", "hybridize"),
+}
+MODES = ("eager", "graph", "xla", "hybridize", "compile")
+
+
+class ConfigError(ValueError):
+    """A setting a user gave is not valid; the message is one line for the terminal."""
+
+
+def default_threads() -> int:
+    """All cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def parse_names(value: str, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """Split a comma list and check every name against `valid`; 'all' means every valid name."""
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if not names:
+        raise ConfigError(f"empty {what} list; valid: {', '.join(valid)}")
+    if names == ("all",):
+        return valid
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise ConfigError(f"unknown {what} {', '.join(map(repr, unknown))}; valid: {', '.join(valid)}")
+    return names
+
+
+def parse_one(value: str, valid: tuple[str, ...], what: str) -> str:
+    """A single name from `valid`."""
+    names = parse_names(value, valid, what)
+    if len(names) != 1:
+        raise ConfigError(f"one {what} at a time, got {value!r}; valid: {', '.join(valid)}")
+    return names[0]
+
+
+def parse_threads(value: str) -> tuple[int, ...]:
+    """A thread count, or a comma list of counts for a sweep."""
+    try:
+        counts = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise ConfigError(f"--threads takes whole numbers, got {value!r}") from None
+    if not counts or any(c < 1 for c in counts):
+        raise ConfigError(f"--threads takes counts of at least 1, got {value!r}")
+    return counts
+
+
+def parse_positive(value: str, what: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{what} takes a number, got {value!r}") from None
+    if number <= 0:
+        raise ConfigError(f"{what} must be positive, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class Option:
+    """One opbench setting: its flag, environment variable, default and help."""
+
+    name: str
+    default: str
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "OPBENCH_" + self.name.upper()
+
+
+OPTIONS = (
+    Option("framework", "all", f"comma list of {', '.join(FRAMEWORKS)} (or all)"),
+    Option("device", "cpu", f"comma list of {', '.join(DEVICES)}"),
+    Option("mode", "all", f"comma list of {', '.join(MODES)} (or all: every mode of each framework)"),
+    Option("threads", str(default_threads()), "intra-op threads per framework (comma list: one process per count)"),
+    Option("dtype", "float32", f"comma list of {', '.join(DTYPES)}"),
+    Option("profile", "quick", f"problem sizes: {', '.join(PROFILES)}"),
+    Option("peak_gflops", "measure", "roofline ceiling in GFLOP/s ('measure': NumPy fp32 GEMM at session start)"),
+    Option("roofline_slack", "3.0", "a result above peak x slack fails as implausible"),
+    Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings for one pytest session."""
+
+    frameworks: tuple[str, ...] = FRAMEWORKS
+    devices: tuple[str, ...] = ("cpu",)
+    modes: tuple[str, ...] = MODES
+    threads: tuple[int, ...] = (default_threads(),)
+    dtypes: tuple[str, ...] = ("float32",)
+    profile: str = "quick"
+    peak_gflops: float | None = None
+    roofline_slack: float = 3.0
+    data_dir: str = ""
+
+    def framework_modes(self, framework: str) -> tuple[str, ...]:
+        """The selected modes that `framework` has."""
+        return tuple(m for m in FRAMEWORK_MODES[framework] if m in self.modes)
+
+
+def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -> Settings:
+    """Build Settings from option values (None = not given), falling back to OPBENCH_* and defaults."""
+    environ = os.environ if environ is None else environ
+    values = {}
+    for opt in OPTIONS:
+        given = raw.get(opt.name)
+        values[opt.name] = given if given is not None else environ.get(opt.env, opt.default)
+    peak = values["peak_gflops"]
+    return Settings(
+        frameworks=parse_names(values["framework"], FRAMEWORKS, "framework"),
+        devices=parse_names(values["device"], DEVICES, "device"),
+        modes=parse_names(values["mode"], MODES, "mode"),
+        threads=parse_threads(values["threads"]),
+        dtypes=parse_names(values["dtype"], DTYPES, "dtype"),
+        profile=parse_one(values["profile"], PROFILES, "profile"),
+        peak_gflops=None if peak == "measure" else parse_positive(peak, "--peak-gflops"),
+        roofline_slack=parse_positive(values["roofline_slack"], "--roofline-slack"),
+        data_dir=values["data_dir"],
+    )

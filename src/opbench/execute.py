@@ -1,0 +1,152 @@
+"""Turning an operator Case into a synchronised callable and the check of its result.
+
+Inputs are made and converted here, outside anything timed; the callable returned runs the
+operation once and waits for the device, so timing it measures the work and nothing less.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from opbench import backends, data, ops
+from opbench.backends.base import Backend, Unavailable
+from opbench.cases import Case
+from opbench.layout import from_native, to_native
+
+
+class CorrectnessError(AssertionError):
+    """A result differs from the NumPy reference (or is NaN/Inf); the benchmark is not timed."""
+
+
+@dataclass
+class Prepared:
+    """A case ready to time: call() runs it once, synchronised; verify(result) returns the
+    largest error against the reference or raises CorrectnessError."""
+
+    case: Case
+    backend: Backend
+    call: Callable[[], Any]
+    verify: Callable[[Any], float]
+    flops: float | None
+    bytes: float
+    layout: str
+    extra: dict[str, Any] = field(default_factory=dict)  # more extra_info (models: batch, params)
+    items: int = 0  # samples per call, for throughput (models)
+
+    def per_second(self, seconds: float) -> dict[str, float]:
+        """Throughput figures for extra_info: samples and batches per second (models only)."""
+        if not self.items:
+            return {}
+        return {"samples_per_s": self.items / seconds, "batches_per_s": 1 / seconds}
+
+
+def require(case: Case) -> Backend:
+    """The backend that runs `case`; raises Unavailable with the reason when it cannot run here."""
+    backend = backends.load(case.framework)
+    if case.mode not in backend.modes:
+        raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
+    if case.device == "gpu":
+        reason = backend.gpu_unavailable()
+        if reason:
+            raise Unavailable(reason)
+    if case.dtype not in backend.dtypes(case.device):
+        raise Unavailable(f"{case.framework} does not compute in {case.dtype} on the {case.device}")
+    if case.kind == "op":
+        spec = ops.get(case.name)
+        if spec.creation and case.mode != "eager":
+            raise Unavailable("creation operators are measured in eager mode only: a compiled graph hoists them")
+        if backend.op(case.name) is None:
+            raise Unavailable(f"{case.framework} has no implementation of {case.name}")
+    return backend
+
+
+@functools.lru_cache(maxsize=8)
+def host_inputs(name: str, label: str, params: tuple, dtype: str) -> tuple[np.ndarray, ...]:
+    """The operator's inputs for this problem and dtype, the same for every framework."""
+    spec = ops.get(name)
+    made = spec.make(data.rng(name, label), dict(params))
+    return tuple(data.host_array(a, dtype) for a in made)
+
+
+def _cotangent(case: Case, shape: tuple[int, ...]) -> np.ndarray:
+    r = data.rng(case.name, case.label, "cotangent")
+    return data.host_array(r.standard_normal(shape).astype(np.float32), case.dtype)
+
+
+def _compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, scale: float) -> float:
+    err = ops.max_error(got, want)
+    limit = ops.allowed_error(want, case.dtype, scale)
+    if not err <= limit:
+        if np.size(got) != want.size:
+            detail = f"shape {np.shape(got)} != {want.shape}"
+        else:
+            detail = f"max abs error {err:.3g} > {limit:.3g}"
+        raise CorrectnessError(f"{case.framework} {case.mode} {case.name} {what} differs from NumPy: {detail}")
+    return err
+
+
+def prepare(case: Case, backend: Backend) -> Prepared:
+    """Build the callable and its verification for an operator case."""
+    spec = ops.get(case.name)
+    impl = backend.op(case.name)
+    image, kernel = backend.image_layout(case.device), backend.kernel_layout
+    p = {**case.p, **spec.extra, "layout": image}
+    host = host_inputs(case.name, case.label, case.params, case.dtype)
+    exact = tuple(a.astype(np.float64) for a in host)
+
+    if spec.creation:
+        args = [a.tolist() if spec.extra.get("as_list") else a for a in host]
+        run = backend.creation(impl, p, args, case.device, case.dtype)
+        want = spec.reference(p, *exact)
+
+        def verify(result):
+            got = backend.to_numpy(result)
+            if spec.check:
+                return spec.check(p, exact, got)
+            return _compare("output", got, want, case, spec.tol_scale)
+    else:
+        native = [
+            backend.from_numpy(to_native(a, arg.kind, image, kernel), case.device, case.dtype)
+            for a, arg in zip(host, spec.args, strict=True)
+        ]
+        want = spec.reference(p, *exact)
+
+        def to_host(t, kind):
+            return from_native(backend.to_numpy(t), kind, image, kernel)
+
+        if case.direction == "forward":
+            run = backend.forward(impl, p, native, case.mode, case.device)
+
+            def verify(result):
+                return _compare("output", to_host(result, spec.output_kind), want, case, spec.tol_scale)
+        else:
+            ct = _cotangent(case, want.shape)
+            ct_native = backend.from_numpy(to_native(ct, spec.output_kind, image, kernel), case.device, case.dtype)
+            want_grads = spec.vjp(p, exact, ct.astype(np.float64))
+            argnums = spec.grad_argnums
+            run = backend.backward(impl, p, native, argnums, ct_native, case.mode, case.device)
+
+            def verify(result):
+                out, grads = result
+                if len(grads) != len(argnums):
+                    raise CorrectnessError(f"{case.framework} returned {len(grads)} gradients, expected {len(argnums)}")
+                errs = [_compare("output", to_host(out, spec.output_kind), want, case, spec.tol_scale)]
+                for i, g, w in zip(argnums, grads, want_grads, strict=True):
+                    arg = spec.args[i]
+                    errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, spec.tol_scale))
+                return max(errs)
+
+    def call():
+        result = run()
+        backend.sync(case.device)
+        return result
+
+    itemsize = 2 if case.dtype in ("float16", "bfloat16") else 4
+    flops, nbytes = spec.cost(p, case.direction, exact, int(np.size(want)), itemsize)
+    layout = image if any(a.kind == "image" for a in spec.args) else "-"
+    return Prepared(case, backend, call, verify, flops, nbytes, layout)

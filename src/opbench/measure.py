@@ -1,0 +1,147 @@
+"""Measurement: the correctness gate, thread pinning, first-call latency, synchronised timing
+through pytest-benchmark, and the plausibility checks on what was timed.
+
+Nothing is timed before its result matched the NumPy reference, and nothing is reported for a
+thread count other than the one asked for.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from opbench.backends.base import Backend
+
+NOISY_IQR = 0.10  # IQR / median above this draws a warning
+
+
+class ThreadMismatch(AssertionError):
+    """The framework would run with another thread count than requested."""
+
+
+class Implausible(AssertionError):
+    """A timing implies more FLOP/s than the machine can do: the work was not all waited for."""
+
+
+class NoisyMeasurement(UserWarning):
+    """The rounds of a benchmark spread widely; its median is less trustworthy."""
+
+
+def pin_threads(backend: Backend, wanted: int) -> int:
+    """Set the framework's intra-op threads to `wanted` and check that it took."""
+    backend.set_threads(wanted)
+    got = backend.threads()
+    if got != wanted:
+        raise ThreadMismatch(
+            f"{backend.name} would run with {got} threads, not the {wanted} requested "
+            "(TensorFlow fixes its threads when its runtime starts: run one process per count)"
+        )
+    return got
+
+
+def first_call(call: Callable[[], Any]) -> tuple[Any, float]:
+    """Run `call` once (this traces or compiles compiled modes) and return (result, seconds)."""
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start
+
+
+def check_roofline(flops: float | None, seconds: float, peak_gflops: float | None, slack: float) -> float | None:
+    """GFLOP/s of a call taking `seconds`; raises Implausible above peak x slack."""
+    if not flops or seconds <= 0:
+        return None
+    gflops = flops / seconds / 1e9
+    if peak_gflops and gflops > peak_gflops * slack:
+        raise Implausible(
+            f"{gflops:,.0f} GFLOP/s is above {slack:g} x the machine's peak of {peak_gflops:,.0f} GFLOP/s: "
+            "the timed call did not wait for its work (missing synchronisation?)"
+        )
+    return gflops
+
+
+def measure_numpy_peak(threads: int, size: int = 1024, repeats: int = 7) -> float:
+    """The best fp32 GEMM GFLOP/s NumPy's BLAS reaches here: the CPU roofline estimate."""
+    from opbench.backends import load
+
+    backend = load("numpy")
+    backend.set_threads(threads)
+    r = np.random.default_rng(0)
+    a, b = r.standard_normal((size, size), dtype=np.float32), r.standard_normal((size, size), dtype=np.float32)
+    a @ b
+    best = min(_seconds(lambda: a @ b) for _ in range(repeats))
+    return 2 * size**3 / best / 1e9
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+@dataclass
+class Timing:
+    """What came out of a timed run, for extra_info."""
+
+    median_s: float
+    min_s: float
+    iqr_s: float
+
+
+def timing_of(benchmark) -> Timing | None:
+    """The statistics pytest-benchmark gathered, or None when timing was disabled."""
+    stats = getattr(getattr(benchmark, "stats", None), "stats", None)
+    if stats is None or not getattr(stats, "data", None):
+        return None
+    return Timing(stats.median, stats.min, stats.iqr)
+
+
+def warn_if_noisy(name: str, timing: Timing) -> None:
+    if timing.median_s > 0 and timing.iqr_s / timing.median_s > NOISY_IQR:
+        warnings.warn(
+            f"{name}: IQR is {timing.iqr_s / timing.median_s:.0%} of the median; the machine is busy "
+            "or the operation too short for stable numbers",
+            NoisyMeasurement,
+            stacklevel=2,
+        )
+
+
+def measure(benchmark, bound) -> None:
+    """Benchmark one bound case: pin threads, run once (first-call latency), verify against
+    NumPy, then time with pytest-benchmark and check the result is physically plausible."""
+    import pytest
+
+    from opbench import execute
+
+    case, backend, state = bound.case, bound.backend, bound.state
+    threads = pin_threads(backend, state.threads)
+    try:
+        prepared = execute.prepare(case, backend)
+        result, first_s = first_call(prepared.call)
+    except Exception as exc:
+        if case.dtype == "float32":
+            raise
+        pytest.skip(f"{case.framework} cannot run {case.name} in {case.dtype} on the {case.device}: "
+                    f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}")
+    max_err = prepared.verify(result)
+    benchmark.group = case.group
+    benchmark.extra_info.update(
+        framework=case.framework, framework_version=backend.version(), device=case.device, mode=case.mode,
+        dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=threads, flops=prepared.flops,
+        bytes=prepared.bytes, max_abs_err=max_err, first_call_s=first_s, **prepared.extra,
+    )
+    benchmark(prepared.call)
+    timing = timing_of(benchmark)
+    if timing is None:
+        return
+    check_roofline(prepared.flops, timing.min_s, state.peak(case.device, case.dtype), state.settings.roofline_slack)
+    benchmark.extra_info.update(
+        gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,
+        gbps=prepared.bytes / timing.median_s / 1e9,
+        **prepared.per_second(timing.median_s),
+    )
+    warn_if_noisy(case.id, timing)

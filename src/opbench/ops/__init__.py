@@ -1,0 +1,17 @@
+"""The operator catalogue: every OpSpec, by name, one module per family."""
+
+from opbench.ops import activations, conv, creation, linalg, normalization, pooling, reshape  # noqa: F401
+from opbench.ops.base import REGISTRY, TOLERANCE, Arg, OpSpec, allowed_error, max_error
+
+FAMILIES = tuple(dict.fromkeys(spec.family for spec in REGISTRY.values()))
+
+
+def get(name: str) -> OpSpec:
+    """The operator called `name`; KeyError lists the valid names."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown operator {name!r}; valid: {', '.join(REGISTRY)}") from None
+
+
+__all__ = ["FAMILIES", "REGISTRY", "TOLERANCE", "Arg", "OpSpec", "allowed_error", "get", "max_error"]

@@ -1,0 +1,127 @@
+"""L2 normalisation of rows, batch normalisation (training statistics) and layer normalisation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opbench.cases import dims_label
+from opbench.ops.base import Arg, OpSpec, normal, register, shape_strategy
+
+EPS = 1e-5  # batch and layer normalisation epsilon, passed explicitly to every framework
+
+
+def l2_normalize(p, x):
+    return x / np.sqrt(np.sum(x * x, axis=1, keepdims=True))
+
+
+def l2_normalize_vjp(p, arrays, ct):
+    x = arrays[0]
+    norm = np.sqrt(np.sum(x * x, axis=1, keepdims=True))
+    y = x / norm
+    return ((ct - y * np.sum(ct * y, axis=1, keepdims=True)) / norm,)
+
+
+def _normalize(x, axes):
+    """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance, and 1/sqrt(var + eps)."""
+    mean = x.mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(x.var(axis=axes, keepdims=True) + EPS)
+    return (x - mean) * inv, inv
+
+
+def _normalize_vjp(xhat, inv, dxhat, axes):
+    """The gradient of _normalize: dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))."""
+    return inv * (dxhat - dxhat.mean(axis=axes, keepdims=True) - xhat * (dxhat * xhat).mean(axis=axes, keepdims=True))
+
+
+_BN_AXES = (0, 2, 3)
+
+
+def _per_channel(v):
+    return v.reshape(1, -1, 1, 1)
+
+
+def batch_norm(p, x, gamma, beta):
+    xhat, _ = _normalize(x, _BN_AXES)
+    return xhat * _per_channel(gamma) + _per_channel(beta)
+
+
+def batch_norm_vjp(p, arrays, ct):
+    x, gamma, _ = arrays
+    xhat, inv = _normalize(x, _BN_AXES)
+    dx = _normalize_vjp(xhat, inv, ct * _per_channel(gamma), _BN_AXES)
+    return dx, np.sum(ct * xhat, axis=_BN_AXES), np.sum(ct, axis=_BN_AXES)
+
+
+def layer_norm(p, x, gamma, beta):
+    xhat, _ = _normalize(x, (-1,))
+    return xhat * gamma + beta
+
+
+def layer_norm_vjp(p, arrays, ct):
+    x, gamma, _ = arrays
+    xhat, inv = _normalize(x, (-1,))
+    dx = _normalize_vjp(xhat, inv, ct * gamma, (-1,))
+    return dx, np.sum(ct * xhat, axis=0), np.sum(ct, axis=0)
+
+
+def _affine(r, size):
+    return (1 + 0.1 * normal(r, size), 0.1 * normal(r, size))
+
+
+_ROWS = {"quick": ({"n": 256, "d": 1024},), "full": ({"n": 256, "d": 1024}, {"n": 4096, "d": 4096})}
+
+register(
+    OpSpec(
+        name="l2_normalize",
+        family="normalization",
+        args=(Arg("x"),),
+        make=lambda r, p: (normal(r, p["n"], p["d"]),),
+        reference=l2_normalize,
+        vjp=l2_normalize_vjp,
+        flops=lambda p: 3 * p["n"] * p["d"],
+        shapes=_ROWS,
+        label=lambda p: dims_label(p["n"], p["d"]),
+        small=lambda: shape_strategy(n=(1, 6), d=(2, 40)),
+        notes="each row divided by its Euclidean norm",
+    )
+)
+
+register(
+    OpSpec(
+        name="batch_norm",
+        family="normalization",
+        args=(Arg("x", "image"), Arg("gamma"), Arg("beta")),
+        output_kind="image",
+        make=lambda r, p: (normal(r, p["n"], p["c"], p["h"], p["w"]) * 2 + 1, *_affine(r, p["c"])),
+        reference=batch_norm,
+        vjp=batch_norm_vjp,
+        flops=lambda p: 8 * p["n"] * p["c"] * p["h"] * p["w"],
+        shapes={
+            "quick": ({"n": 32, "c": 64, "h": 32, "w": 32},),
+            "full": ({"n": 32, "c": 64, "h": 32, "w": 32}, {"n": 64, "c": 256, "h": 28, "w": 28}),
+        },
+        label=lambda p: dims_label(p["n"], p["c"], p["h"], p["w"]),
+        small=lambda: shape_strategy(n=(2, 4), c=(1, 4), h=(2, 5), w=(2, 5)),
+        tol_scale=5.0,
+        extra={"eps": EPS},
+        notes="training mode: batch statistics over N, H, W per channel; eps 1e-5",
+    )
+)
+
+register(
+    OpSpec(
+        name="layer_norm",
+        family="normalization",
+        args=(Arg("x"), Arg("gamma"), Arg("beta")),
+        make=lambda r, p: (normal(r, p["n"], p["d"]) * 2 + 1, *_affine(r, p["d"])),
+        reference=layer_norm,
+        vjp=layer_norm_vjp,
+        flops=lambda p: 8 * p["n"] * p["d"],
+        shapes=_ROWS,
+        label=lambda p: dims_label(p["n"], p["d"]),
+        small=lambda: shape_strategy(n=(1, 6), d=(2, 40)),
+        tol_scale=5.0,
+        extra={"eps": EPS},
+        notes="over the last axis; eps 1e-5",
+    )
+)

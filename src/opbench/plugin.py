@@ -1,0 +1,198 @@
+"""The pytest plugin: options, markers, parametrisation, skips with reasons, report header.
+
+Benchmarks ask for the `op_case` (or `model_case`) fixture; this plugin expands the options into
+Cases, one test item each, with ids like `torch-cpu-eager-float32-1024x1024x1024` and markers for
+framework, device, mode, operator, family and direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from opbench import backends, ops
+from opbench import config as cfg
+from opbench.backends.base import Backend, Unavailable
+from opbench.cases import Case
+from opbench.config import ConfigError, Settings
+
+STATE = pytest.StashKey["State"]()
+DIRECTIONS = ("forward", "backward", "inference", "training")
+
+
+@dataclass
+class State:
+    """What one pytest session knows: its settings and the roofline peaks it measured."""
+
+    settings: Settings
+    peaks: dict[tuple[str, str], float | None] = field(default_factory=dict)
+
+    @property
+    def threads(self) -> int:
+        return self.settings.threads[0]
+
+    def peak(self, device: str, dtype: str) -> float | None:
+        """The GFLOP/s ceiling for `device` and `dtype`: --peak-gflops, else the NumPy fp32 GEMM
+        measured once (twice that for 16-bit types, which have twice the SIMD lanes); None on a
+        GPU without --peak-gflops."""
+        if self.settings.peak_gflops:
+            return self.settings.peak_gflops
+        key = (device, dtype)
+        if key not in self.peaks:
+            from opbench.measure import measure_numpy_peak
+
+            base = measure_numpy_peak(self.threads) if device == "cpu" else None
+            self.peaks[key] = base * (2 if dtype != "float32" else 1) if base else None
+        return self.peaks[key]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("opbench", "opbench: frameworks, devices, modes and sizes")
+    for opt in cfg.OPTIONS:
+        group.addoption(
+            opt.flag, dest=f"opbench_{opt.name}", default=None, metavar=opt.name.upper(),
+            help=f"{opt.help} [env {opt.env}; default: {opt.default!r}]",
+        )
+
+
+def marker_names() -> dict[str, str]:
+    """Every marker the suite attaches, with its description."""
+    names = {f: f"framework {f}" for f in cfg.FRAMEWORKS}
+    names |= {d: f"device {d}" for d in cfg.DEVICES}
+    names |= {m: f"execution mode {m}" for m in cfg.MODES}
+    names |= {o: f"operator {o}" for o in ops.REGISTRY}
+    names |= {f: f"operator family {f}" for f in ops.FAMILIES}
+    names |= {d: f"{d} pass" for d in DIRECTIONS}
+    names |= {"e2e": "end-to-end model benchmark"}
+    return names
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in marker_names().items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+    raw = {opt.name: config.getoption(f"opbench_{opt.name}") for opt in cfg.OPTIONS}
+    try:
+        settings = cfg.resolve(raw)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[STATE] = State(settings)
+    _warmup_on_by_default(config)
+
+
+def _warmup_on_by_default(config: pytest.Config) -> None:
+    """pytest-benchmark warms up only on PyPy unless told; frameworks need it everywhere."""
+    args = config.invocation_params.args
+    given = any(a.startswith("--benchmark-warmup") and not a.startswith("--benchmark-warmup-") for a in args)
+    if not given and hasattr(config.option, "benchmark_warmup"):
+        config.option.benchmark_warmup = True
+
+
+def op_test_name(function_name: str) -> tuple[str, str]:
+    """test_gemm -> ("gemm", "forward"); test_gemm_backward -> ("gemm", "backward")."""
+    name = function_name.removeprefix("test_")
+    direction = "forward"
+    if name.endswith("_backward"):
+        name, direction = name.removesuffix("_backward"), "backward"
+    spec = ops.get(name)
+    if direction == "backward" and not spec.differentiable:
+        raise KeyError(f"operator {name!r} has no gradient")
+    return name, direction
+
+
+def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
+    """Every case of operator `name` the settings select."""
+    spec = ops.get(name)
+    cases = []
+    for framework in settings.frameworks:
+        for mode in settings.framework_modes(framework):
+            if spec.creation and mode != "eager":
+                continue
+            for device in settings.devices:
+                for dtype in settings.dtypes:
+                    for p in spec.shapes[settings.profile]:
+                        cases.append(
+                            Case("op", name, spec.family, direction, framework, device, mode, dtype, spec.label(p),
+                                 tuple(sorted(p.items())))
+                        )
+    return cases
+
+
+def as_params(cases: list[Case]) -> list:
+    return [pytest.param(c, id=c.id, marks=[getattr(pytest.mark, m) for m in c.markers]) for c in cases]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "op_case" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        try:
+            name, direction = op_test_name(metafunc.function.__name__)
+        except KeyError as exc:
+            raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
+        metafunc.parametrize("op_case", as_params(op_cases(state.settings, name, direction)), indirect=True)
+
+
+@dataclass
+class Bound:
+    """A case with the backend that runs it and the session it runs in."""
+
+    case: Case
+    backend: Backend
+    state: State
+
+
+@pytest.fixture
+def op_case(request: pytest.FixtureRequest) -> Bound:
+    """The operator case of this test item, skipped with the reason when it cannot run here."""
+    from opbench import execute
+
+    case: Case = request.param
+    try:
+        backend = execute.require(case)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    return Bound(case, backend, request.config.stash[STATE])
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return []
+    s = state.settings
+    lines = [
+        f"opbench: profile={s.profile} devices={','.join(s.devices)} dtypes={','.join(s.dtypes)} "
+        f"threads={state.threads} modes={','.join(s.modes)}"
+    ]
+    for name in s.frameworks:
+        lines.append("  " + framework_line(name, s, state.threads))
+    if not config.getoption("benchmark_disable", False) and "cpu" in s.devices:
+        peak = state.peak("cpu", "float32")
+        lines.append(f"  roofline: {peak:,.0f} GFLOP/s fp32 (x{s.roofline_slack:g} slack)")
+    return lines
+
+
+def framework_line(name: str, settings: Settings, threads: int) -> str:
+    """'torch 2.13.0: threads 2; modes eager, compile; gpu: ...' or why it is unavailable."""
+    from opbench.measure import ThreadMismatch, pin_threads
+
+    try:
+        backend = backends.load(name)
+    except Unavailable as exc:
+        return f"{name}: unavailable ({exc})"
+    try:
+        effective = str(pin_threads(backend, threads))
+    except ThreadMismatch as exc:
+        effective = f"MISMATCH: {exc}"
+    modes = ", ".join(settings.framework_modes(name)) or "none selected"
+    parts = [f"{name} {backend.version()}: threads {effective}; modes {modes}"]
+    if "gpu" in settings.devices:
+        parts.append(f"gpu: {backend.gpu_unavailable() or 'yes'}")
+    return "; ".join(parts)
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    from opbench.fingerprint import update_machine_info
+
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        update_machine_info(machine_info, state.settings, state.threads, state.peaks)

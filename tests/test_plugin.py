@@ -1,0 +1,119 @@
+"""The pytest interface, run as a user runs it (pytester): ids, groups, markers, selection,
+skips with reasons, usage errors and the report header."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opbench import backends
+
+BENCH = """
+from opbench.measure import measure
+
+def test_gemm(op_case, benchmark):
+    measure(benchmark, op_case)
+
+def test_gemm_backward(op_case, benchmark):
+    measure(benchmark, op_case)
+
+def test_relu(op_case, benchmark):
+    measure(benchmark, op_case)
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.makeini("[pytest]\naddopts = --strict-markers\n")
+    return pytester
+
+
+def test_ids_and_markers(suite):
+    result = suite.runpytest("--framework", "numpy", "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "test_bench.py::test_gemm[[]numpy-cpu-eager-float32-256x256x256[]]",
+        "test_bench.py::test_gemm[[]numpy-cpu-eager-float32-1024x1024x1024[]]",
+        "test_bench.py::test_gemm_backward[[]numpy-cpu-eager-float32-256x256x256[]]",
+        "test_bench.py::test_relu[[]numpy-cpu-eager-float32-256x1024[]]",
+    ])
+
+
+def test_marker_selection(suite):
+    selection = "numpy and gemm and not backward"
+    result = suite.runpytest("--framework", "numpy,torch", "-m", selection, "--collect-only", "-q")
+    lines = [line for line in result.stdout.lines if "::" in line]
+    assert lines and all("test_gemm[numpy-" in line for line in lines)
+    assert len(lines) == 2
+
+
+def test_env_variable_selects_framework(suite, monkeypatch):
+    monkeypatch.setenv("OPBENCH_FRAMEWORK", "numpy")
+    monkeypatch.setenv("OPBENCH_PROFILE", "quick")
+    result = suite.runpytest("--collect-only", "-q")
+    assert all("-numpy-" not in line or "numpy-cpu" in line for line in result.stdout.lines)
+    assert not any("torch-cpu" in line for line in result.stdout.lines)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--framework", "numpy,jax"], "unknown framework 'jax'; valid: numpy, torch, tensorflow, mxnet"),
+        (["--device", "tpu"], "unknown device 'tpu'; valid: cpu, gpu"),
+        (["--mode", "jit"], "unknown mode 'jit'; valid: eager, graph, xla, hybridize, compile"),
+        (["--dtype", "float64"], "unknown dtype 'float64'; valid: float32, float16, bfloat16"),
+        (["--profile", "huge"], "unknown profile 'huge'; valid: quick, full"),
+        (["--threads", "two"], "--threads takes whole numbers, got 'two'"),
+    ],
+)
+def test_bad_option_is_one_usage_error(suite, args, message):
+    result = suite.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_gpu_without_gpu_skips_with_reason(suite):
+    result = suite.runpytest("--framework", "numpy", "--device", "gpu", "-rs", "--benchmark-disable")
+    result.stdout.fnmatch_lines(["*SKIPPED*NumPy runs on the CPU only*"])
+    result.assert_outcomes(skipped=5)
+
+
+def test_missing_framework_skips_with_reason(suite, monkeypatch):
+    monkeypatch.setitem(backends.PACKAGES, "mxnet", "no_such_package_for_opbench")
+    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
+    result = suite.runpytest_inprocess("--framework", "mxnet", "-rs", "--benchmark-disable", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*SKIPPED*mxnet is not installed*"])
+    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
+
+
+def test_broken_framework_import_becomes_skip_reason(monkeypatch, tmp_path):
+    (tmp_path / "brokenfw").mkdir()
+    (tmp_path / "brokenfw" / "__init__.py").write_text("raise RuntimeError('libfoo.so: cannot open shared object')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(backends.PACKAGES, "mxnet", "brokenfw")
+    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
+    monkeypatch.setattr(backends.importlib, "import_module", lambda name: __import__("brokenfw"))
+    with pytest.raises(backends.Unavailable, match=r"mxnet failed to import: RuntimeError: libfoo\.so"):
+        backends.load("mxnet")
+    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
+
+
+def test_header_and_saved_result(suite):
+    out = suite.path / "run.json"
+    result = suite.runpytest(
+        "--framework", "numpy", "-k", "relu", "--benchmark-json", str(out), "--benchmark-max-time=0.01",
+    )
+    result.stdout.fnmatch_lines(["opbench: profile=quick devices=cpu dtypes=float32 threads=*", "  numpy *: threads *"])
+    result.assert_outcomes(passed=1)
+    saved = json.loads(out.read_text())
+    bench = saved["benchmarks"][0]
+    assert bench["group"] == "relu-forward[cpu-float32-256x1024]"
+    for key in ("framework", "framework_version", "device", "mode", "dtype", "shape", "threads", "flops", "bytes",
+                "gflops", "gbps", "max_abs_err", "first_call_s"):
+        assert key in bench["extra_info"], key
+    info = saved["machine_info"]
+    assert "hz_actual" not in info["cpu"] and "hz_advertised" not in info["cpu"]
+    assert info["opbench"]["frameworks"]["numpy"]["version"]
+    assert info["opbench"]["threads"] >= 1
