@@ -37,6 +37,7 @@ class Prepared:
     layout: str
     extra: dict[str, Any] = field(default_factory=dict)  # more extra_info (models: batch, params)
     items: int = 0  # samples per call, for throughput (models)
+    peak_memory: Callable[[], int | None] | None = None  # the framework allocator's peak (GPU)
 
     def per_second(self, seconds: float) -> dict[str, float]:
         """Throughput figures for extra_info: samples and batches per second (models only)."""

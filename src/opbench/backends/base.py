@@ -80,6 +80,10 @@ class Backend(abc.ABC):
         """A callable that creates a tensor with a creation operator (eager only)."""
         return lambda: impl(p, device, dtype, *host_args)
 
+    def build(self, model: Any, params: dict[str, np.ndarray], device: str, dtype: str, mode: str) -> Any:
+        """A NativeModel (opbench.models.native) of `model` with `params`, for `mode` on `device`."""
+        raise Unavailable(f"{self.name} builds no models")
+
     def info(self) -> dict[str, Any]:
         """Build facts for machine_info: version and whatever decides its speed."""
         return {"version": self.version()}

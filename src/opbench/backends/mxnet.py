@@ -135,6 +135,11 @@ class MxnetBackend(Backend):
         ctx, kind = self._ctx(device), _DTYPES[dtype]
         return lambda: impl(p, ctx, kind, *host_args)
 
+    def build(self, model, params, device, dtype, mode):
+        from opbench.backends import mxnet_models
+
+        return mxnet_models.MxnetModel(model, params, device, dtype, mode, self._ctx(device))
+
     def info(self) -> dict[str, Any]:
         features = mx.runtime.Features()
         return {"version": mx.__version__, "features": sorted(f.name for f in features.values() if f.enabled)}

@@ -109,6 +109,13 @@ class TensorflowBackend(Backend):
 
         return call
 
+    def build(self, model, params, device, dtype, mode):
+        from opbench.backends import tensorflow_models
+
+        return tensorflow_models.TensorflowModel(model, params, device, dtype, mode, _DTYPES[dtype],
+                                                 _DEVICES[device], self.image_layout(device),
+                                                 lambda fn: self._mode(fn, mode))
+
     def info(self) -> dict[str, Any]:
         build = tf.sysconfig.get_build_info()
         return {

@@ -87,6 +87,15 @@ class TorchBackend(Backend):
     def creation(self, impl, p, host_args, device, dtype) -> Call:
         return lambda: impl(p, _DEVICES[device], _DTYPES[dtype], *host_args)
 
+    def build(self, model, params, device, dtype, mode):
+        from opbench.backends import torch_models
+
+        if mode == "compile":
+            torch._dynamo.reset()
+        compile_fn = (lambda fn: torch.compile(fn, dynamic=False)) if mode == "compile" else (lambda fn: fn)
+        return torch_models.TorchModel(model, params, device, dtype, mode, _DTYPES[dtype], _DEVICES[device],
+                                       compile_fn)
+
     def info(self) -> dict[str, Any]:
         info = {
             "version": torch.__version__,

@@ -1,0 +1,120 @@
+"""Turning a model Case into a synchronised training-step or inference callable, after proving
+functional equivalence with the NumPy reference model.
+
+The gate, before anything is timed: the framework's first forward pass gives the NumPy loss
+(inference: the NumPy logits), and K plain-SGD steps from the same weights on the same batches
+give the NumPy losses and parameters. Only then is the optimizer of the study swapped in, the
+weights reset, and the step timed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from opbench.backends.base import Backend, Unavailable
+from opbench.cases import Case
+from opbench.execute import CorrectnessError, Prepared
+from opbench.models import catalogue, datasets, reference
+from opbench.models.spec import ModelSpec, Optimizer, count_params, init_params
+
+SGD_STEPS = 2
+LOSS_RTOL = 1e-4  # first loss and SGD losses, relative
+LOGIT_TOL = 1e-3  # inference logits: max abs error / max(1, max|ref|)
+PARAM_TOL = 1e-4  # parameters after SGD steps: max abs error / max(1, max|ref|)
+
+
+def model_label(model: ModelSpec, batch: int) -> str:
+    return f"b{batch}-{'x'.join(map(str, model.input_shape))}"
+
+
+@functools.lru_cache(maxsize=4)
+def _reference(name: str, batch: int, data_dir: str, steps: int):
+    """NumPy's logits and loss on batch 0 and its losses and parameters after `steps` SGD steps."""
+    model = catalogue.get(name)
+    params = {k: v.astype(np.float64) for k, v in init_params(model).items()}
+    x, y = datasets.batch(model, batch, data_dir)
+    logits = reference.forward(model, params, x.astype(np.float64))
+    losses = []
+    for i in range(steps):
+        xi, yi = datasets.batch(model, batch, data_dir, i)
+        loss, params = reference.sgd_step(model, params, xi.astype(np.float64), yi, model.optimizer.lr)
+        losses.append(loss)
+    return logits, reference.cross_entropy(logits, y)[0], losses, params
+
+
+def _close(what: str, got: float, want: float) -> float:
+    err = abs(got - want)
+    if not np.isfinite(got) or err > LOSS_RTOL * max(1.0, abs(want)):
+        raise CorrectnessError(f"{what}: {got:.6g} != NumPy {want:.6g}")
+    return err
+
+
+def check_params(case: Case, got: dict, want: dict) -> float:
+    """Largest parameter difference; raises CorrectnessError past PARAM_TOL."""
+    worst = 0.0
+    for name, ref in want.items():
+        err = float(np.max(np.abs(got[name] - ref)))
+        if not err <= PARAM_TOL * max(1.0, float(np.max(np.abs(ref)))):
+            raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: parameter {name} after "
+                                   f"{SGD_STEPS} SGD steps differs from NumPy by {err:.3g}")
+        worst = max(worst, err)
+    return worst
+
+
+def _scalar(backend: Backend, loss) -> float:
+    return float(backend.to_numpy(loss).reshape(-1)[0])
+
+
+def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> float:
+    """Run SGD_STEPS plain-SGD steps and compare losses and parameters with NumPy's."""
+    model = catalogue.get(case.name)
+    batch = case.p["batch"]
+    _, _, want_losses, want_params = _reference(case.name, batch, data_dir, SGD_STEPS)
+    sgd = Optimizer("sgd", model.optimizer.lr)
+    for i, want in enumerate(want_losses):
+        x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
+        got = _scalar(backend, native.train_step(x, y, sgd)())
+        _close(f"{case.framework} {case.mode} {case.name}: SGD step {i} loss", got, want)
+    return check_params(case, native.get_params(), want_params)
+
+
+def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
+    """Build the model, prove equivalence, and return the callable to time."""
+    if case.dtype != "float32":
+        raise Unavailable("end-to-end models are measured in float32 only")
+    model = catalogue.get(case.name)
+    batch = case.p["batch"]
+    params = init_params(model)
+    native = backend.build(model, params, case.device, case.dtype, case.mode)
+    want_logits, want_loss, _, _ = _reference(case.name, batch, data_dir, SGD_STEPS)
+    x, y = native.inputs(*datasets.batch(model, batch, data_dir))
+
+    if case.direction == "training":
+        param_err = sgd_equivalence(case, backend, native, data_dir)
+        native.set_params(params)
+        run = native.train_step(x, y, model.optimizer)
+
+        def verify(result) -> float:
+            got = _scalar(backend, result)
+            return max(param_err, _close(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss))
+    else:
+        run = native.infer(x)
+
+        def verify(result) -> float:
+            logits = backend.to_numpy(result)
+            err = float(np.max(np.abs(logits - want_logits))) if logits.shape == want_logits.shape else np.inf
+            if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(want_logits)))):
+                raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: logits differ from NumPy by {err:.3g}")
+            return err
+
+    def call():
+        result = run()
+        backend.sync(case.device)
+        return result
+
+    extra = {"model": case.name, "batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
+             "data": "real" if data_dir else "synthetic"}
+    return Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
+                    peak_memory=native.peak_memory)
