@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from opbench.backends.base import Backend, Unavailable
+from opbench.backends.base import Backend
 from opbench.cases import Case
 from opbench.execute import CorrectnessError, Prepared
 from opbench.models import catalogue, datasets, reference
@@ -30,7 +30,7 @@ def model_label(model: ModelSpec, batch: int) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _reference(name: str, batch: int, data_dir: str, steps: int):
+def _reference(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int = 1):
     """NumPy's logits and loss on batch 0 and its losses and parameters after `steps` SGD steps."""
     model = catalogue.get(name)
     params = {k: v.astype(np.float64) for k, v in init_params(model).items()}
@@ -39,7 +39,7 @@ def _reference(name: str, batch: int, data_dir: str, steps: int):
     losses = []
     for i in range(steps):
         xi, yi = datasets.batch(model, batch, data_dir, i)
-        loss, params = reference.sgd_step(model, params, xi.astype(np.float64), yi, model.optimizer.lr)
+        loss, params = reference.sgd_step(model, params, xi.astype(np.float64), yi, model.optimizer.lr, lstm_biases)
         losses.append(loss)
     return logits, reference.cross_entropy(logits, y)[0], losses, params
 
@@ -71,7 +71,7 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
     """Run SGD_STEPS plain-SGD steps and compare losses and parameters with NumPy's."""
     model = catalogue.get(case.name)
     batch = case.p["batch"]
-    _, _, want_losses, want_params = _reference(case.name, batch, data_dir, SGD_STEPS)
+    _, _, want_losses, want_params = _reference(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases)
     sgd = Optimizer("sgd", model.optimizer.lr)
     for i, want in enumerate(want_losses):
         x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
@@ -82,8 +82,6 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
 
 def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
     """Build the model, prove equivalence, and return the callable to time."""
-    if case.dtype != "float32":
-        raise Unavailable("end-to-end models are measured in float32 only")
     model = catalogue.get(case.name)
     batch = case.p["batch"]
     params = init_params(model)
@@ -106,7 +104,9 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
             logits = backend.to_numpy(result)
             err = float(np.max(np.abs(logits - want_logits))) if logits.shape == want_logits.shape else np.inf
             if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(want_logits)))):
-                raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: logits differ from NumPy by {err:.3g}")
+                raise CorrectnessError(
+                    f"{case.framework} {case.mode} {case.name}: logits differ from NumPy by {err:.3g}"
+                )
             return err
 
     def call():

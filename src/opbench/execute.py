@@ -57,6 +57,8 @@ def require(case: Case) -> Backend:
             raise Unavailable(reason)
     if case.dtype not in backend.dtypes(case.device):
         raise Unavailable(f"{case.framework} does not compute in {case.dtype} on the {case.device}")
+    if case.kind == "model" and case.dtype != "float32":
+        raise Unavailable("end-to-end models are measured in float32 only")
     if case.kind == "op":
         spec = ops.get(case.name)
         if spec.creation and case.mode != "eager":

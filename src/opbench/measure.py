@@ -7,6 +7,8 @@ thread count other than the one asked for.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -83,6 +85,39 @@ def _seconds(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+class PeakRSS:
+    """The process's resident-set high-water mark while the block runs, sampled every
+    `interval` seconds from /proc/self/statm (0 where that file does not exist)."""
+
+    def __init__(self, interval: float = 0.002) -> None:
+        self.interval, self.peak = interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def current() -> int:
+        try:
+            with open("/proc/self/statm", encoding="ascii") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.current())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak = self.current()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.current())
+
+
 @dataclass
 class Timing:
     """What came out of a timed run, for extra_info."""
@@ -110,17 +145,25 @@ def warn_if_noisy(name: str, timing: Timing) -> None:
         )
 
 
+def _prepare(case, backend, settings):
+    if case.kind == "model":
+        from opbench.e2e import prepare_model
+
+        return prepare_model(case, backend, settings.data_dir)
+    from opbench.execute import prepare
+
+    return prepare(case, backend)
+
+
 def measure(benchmark, bound) -> None:
     """Benchmark one bound case: pin threads, run once (first-call latency), verify against
     NumPy, then time with pytest-benchmark and check the result is physically plausible."""
     import pytest
 
-    from opbench import execute
-
     case, backend, state = bound.case, bound.backend, bound.state
     threads = pin_threads(backend, state.threads)
     try:
-        prepared = execute.prepare(case, backend)
+        prepared = _prepare(case, backend, state.settings)
         result, first_s = first_call(prepared.call)
     except Exception as exc:
         if case.dtype == "float32":
@@ -134,14 +177,18 @@ def measure(benchmark, bound) -> None:
         dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=threads, flops=prepared.flops,
         bytes=prepared.bytes, max_abs_err=max_err, first_call_s=first_s, **prepared.extra,
     )
-    benchmark(prepared.call)
+    with PeakRSS() as rss:
+        benchmark(prepared.call)
     timing = timing_of(benchmark)
     if timing is None:
         return
     check_roofline(prepared.flops, timing.min_s, state.peak(case.device, case.dtype), state.settings.roofline_slack)
     benchmark.extra_info.update(
         gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,
-        gbps=prepared.bytes / timing.median_s / 1e9,
+        gbps=prepared.bytes / timing.median_s / 1e9 if prepared.bytes else None,
         **prepared.per_second(timing.median_s),
     )
+    if case.kind == "model":
+        device_peak = prepared.peak_memory() if prepared.peak_memory else None
+        benchmark.extra_info.update(peak_rss_bytes=rss.peak, peak_device_bytes=device_peak)
     warn_if_noisy(case.id, timing)

@@ -16,6 +16,7 @@ from opbench import config as cfg
 from opbench.backends.base import Backend, Unavailable
 from opbench.cases import Case
 from opbench.config import ConfigError, Settings
+from opbench.models import catalogue
 
 STATE = pytest.StashKey["State"]()
 DIRECTIONS = ("forward", "backward", "inference", "training")
@@ -64,6 +65,7 @@ def marker_names() -> dict[str, str]:
     names |= {o: f"operator {o}" for o in ops.REGISTRY}
     names |= {f: f"operator family {f}" for f in ops.FAMILIES}
     names |= {d: f"{d} pass" for d in DIRECTIONS}
+    names |= {m: f"model {m}" for m in catalogue.MODELS}
     names |= {"e2e": "end-to-end model benchmark"}
     return names
 
@@ -118,6 +120,25 @@ def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
     return cases
 
 
+MODEL_FRAMEWORKS = ("torch", "tensorflow", "mxnet")  # NumPy is the models' reference, not a contender
+
+
+def model_cases(settings: Settings, direction: str) -> list[Case]:
+    """Every model case the settings select for `direction` ("training" or "inference")."""
+    cases = []
+    for name, model in catalogue.MODELS.items():
+        batch = model.batch[settings.profile]
+        for framework in settings.frameworks:
+            if framework not in MODEL_FRAMEWORKS:
+                continue
+            for mode in settings.framework_modes(framework):
+                for device in settings.devices:
+                    for dtype in settings.dtypes:
+                        cases.append(Case("model", name, "e2e", direction, framework, device, mode, dtype,
+                                          f"{name}-b{batch}", (("batch", batch),)))
+    return cases
+
+
 def as_params(cases: list[Case]) -> list:
     return [pytest.param(c, id=c.id, marks=[getattr(pytest.mark, m) for m in c.markers]) for c in cases]
 
@@ -130,6 +151,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         except KeyError as exc:
             raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
         metafunc.parametrize("op_case", as_params(op_cases(state.settings, name, direction)), indirect=True)
+    if "model_case" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        direction = metafunc.function.__name__.removeprefix("test_")
+        if direction not in ("training", "inference"):
+            raise pytest.UsageError(f"{metafunc.function.__name__}: model tests are test_training or test_inference")
+        metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction)), indirect=True)
 
 
 @dataclass
@@ -141,17 +168,33 @@ class Bound:
     state: State
 
 
-@pytest.fixture
-def op_case(request: pytest.FixtureRequest) -> Bound:
-    """The operator case of this test item, skipped with the reason when it cannot run here."""
+def _bind(request: pytest.FixtureRequest) -> Bound:
+    """The case of this test item with its backend: skipped with the reason when it cannot run
+    here, marked strict xfail when it meets a known framework bug."""
     from opbench import execute
+    from opbench.known_issues import known_issue
 
     case: Case = request.param
     try:
         backend = execute.require(case)
     except Unavailable as exc:
         pytest.skip(str(exc))
+    issue = known_issue(case, backend.version())
+    if issue:
+        request.node.add_marker(pytest.mark.xfail(reason=issue.reason, raises=execute.CorrectnessError, strict=True))
     return Bound(case, backend, request.config.stash[STATE])
+
+
+@pytest.fixture
+def op_case(request: pytest.FixtureRequest) -> Bound:
+    """The operator case of this test item."""
+    return _bind(request)
+
+
+@pytest.fixture
+def model_case(request: pytest.FixtureRequest) -> Bound:
+    """The end-to-end model case of this test item."""
+    return _bind(request)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

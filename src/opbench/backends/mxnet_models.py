@@ -39,6 +39,8 @@ def _blocks(spec: ModelSpec) -> list:
 
 
 class MxnetModel(NativeModel):
+    lstm_biases = 2
+
     def __init__(self, spec, params, device, dtype, mode, ctx):
         super().__init__(spec, device, dtype, mode)
         self._ctx = ctx

@@ -43,6 +43,8 @@ class _Net(nn.Module):
 
 
 class TorchModel(NativeModel):
+    lstm_biases = 2
+
     def __init__(self, spec, params, device, dtype, mode, torch_dtype, torch_device, compile_fn):
         super().__init__(spec, device, dtype, mode)
         self._dev, self._dtype = torch_device, torch_dtype

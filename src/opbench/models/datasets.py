@@ -70,7 +70,7 @@ def load_cifar10(folder: str) -> tuple[np.ndarray, np.ndarray]:
             batch = pickle.load(f, encoding="bytes")
         images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
-    except Exception as exc:  # noqa: BLE001 - any malformed pickle is a data error
+    except Exception as exc:
         raise DataError(f"{path}: not a CIFAR-10 python batch ({type(exc).__name__}: {exc})") from None
     return images.astype(np.float32) / 255.0, labels
 
@@ -82,7 +82,7 @@ def load_imdb(folder: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         with np.load(path) as f:
             return f["x"].astype(np.float32), f["y"].astype(np.int64)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise DataError(f"{path}: not an npz with arrays x and y ({type(exc).__name__}: {exc})") from None
 
 

@@ -18,6 +18,8 @@ class NativeModel(abc.ABC):
     (tracing or compiling on their first call) that run one forward pass or one training step.
     """
 
+    lstm_biases = 1  # bias vectors trained per LSTM gate set (PyTorch and MXNet: 2)
+
     def __init__(self, spec: ModelSpec, device: str, dtype: str, mode: str) -> None:
         self.spec, self.device, self.dtype, self.mode = spec, device, dtype, mode
 

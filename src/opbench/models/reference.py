@@ -117,7 +117,15 @@ def loss_and_grads(model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray)
     return loss, grads
 
 
-def sgd_step(model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, lr: float) -> tuple[float, dict]:
-    """One plain SGD step: the batch's loss (before the update) and the updated parameters."""
+def sgd_step(
+    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, lr: float, lstm_biases: int = 1
+) -> tuple[float, dict]:
+    """One plain SGD step: the batch's loss (before the update) and the updated parameters.
+
+    `lstm_biases` is how many bias vectors a framework trains per LSTM gate set: PyTorch and
+    MXNet train two whose sum is the canonical bias, and each receives the full gradient, so
+    under SGD the sum moves `lstm_biases` times as far. That is the frameworks' real behaviour.
+    """
     loss, grads = loss_and_grads(model, params, x, y)
-    return loss, {k: v - lr * grads[k] for k, v in params.items()}
+    scale = {f"{i}.b": lstm_biases for i, layer in enumerate(model.layers) if isinstance(layer, LSTM)}
+    return loss, {k: v - lr * scale.get(k, 1) * grads[k] for k, v in params.items()}

@@ -12,7 +12,7 @@ Canonical parameter layouts (what `init_params` makes and every builder maps fro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class LSTM:
     units: int
 
 
-Layer = Union[Dense, Conv2D, Pool2D, Flatten, LSTM]
+Layer = Dense | Conv2D | Pool2D | Flatten | LSTM
 
 
 @dataclass(frozen=True)
