@@ -31,6 +31,16 @@ def synthetic(model: ModelSpec, batch: int, index: int = 0) -> tuple[np.ndarray,
     return x, r.integers(0, model.classes, batch)
 
 
+def clusters(model: ModelSpec, batch: int, index: int = 0, noise: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """A learnable problem: each class has its own mean input, samples are mean + noise. Used by
+    the convergence test and the time-to-target metric."""
+    means = data.rng("model-clusters", model.name).standard_normal((model.classes, *model.input_shape))
+    r = data.rng("model-clusters-batch", model.name, batch, index)
+    y = r.integers(0, model.classes, batch)
+    x = means[y] + noise * r.standard_normal((batch, *model.input_shape))
+    return x.astype(np.float32), y
+
+
 def _open(path: str):
     if os.path.exists(path):
         return open(path, "rb")
