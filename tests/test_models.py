@@ -34,7 +34,7 @@ def test_reference_gradients_match_finite_differences(name):
     params = {k: v.astype(np.float64) for k, v in init_params(model).items()}
     x, y = datasets.synthetic(model, 2)
     x = x.astype(np.float64)
-    loss, grads = reference.loss_and_grads(model, params, x, y)
+    _, grads = reference.loss_and_grads(model, params, x, y)
     r = np.random.default_rng(0)
     v = {k: r.standard_normal(p.shape) for k, p in params.items()}
     eps = 1e-8  # small: with ~10^5 ReLUs, a larger step crosses kinks
@@ -66,7 +66,8 @@ def test_flatten_row_reordering_round_trips():
     np.testing.assert_array_equal(nchw_dense_rows(nhwc_dense_rows(w, (2, 3, 4)), (2, 3, 4)), w)
     x = np.random.default_rng(0).standard_normal((1, 2, 3, 4))
     # NCHW flatten with canonical rows == NHWC flatten with reordered rows
-    np.testing.assert_allclose(x.reshape(1, -1) @ w, x.transpose(0, 2, 3, 1).reshape(1, -1) @ nhwc_dense_rows(w, (2, 3, 4)))
+    nhwc = x.transpose(0, 2, 3, 1).reshape(1, -1)
+    np.testing.assert_allclose(x.reshape(1, -1) @ w, nhwc @ nhwc_dense_rows(w, (2, 3, 4)))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

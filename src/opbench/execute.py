@@ -38,6 +38,7 @@ class Prepared:
     extra: dict[str, Any] = field(default_factory=dict)  # more extra_info (models: batch, params)
     items: int = 0  # samples per call, for throughput (models)
     peak_memory: Callable[[], int | None] | None = None  # the framework allocator's peak (GPU)
+    after_timing: Callable[[], dict[str, Any]] | None = None  # more metrics, measured after timing
 
     def per_second(self, seconds: float) -> dict[str, float]:
         """Throughput figures for extra_info: samples and batches per second (models only)."""

@@ -191,4 +191,6 @@ def measure(benchmark, bound) -> None:
     if case.kind == "model":
         device_peak = prepared.peak_memory() if prepared.peak_memory else None
         benchmark.extra_info.update(peak_rss_bytes=rss.peak, peak_device_bytes=device_peak)
+    if prepared.after_timing:
+        benchmark.extra_info.update(prepared.after_timing())
     warn_if_noisy(case.id, timing)

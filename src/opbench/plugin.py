@@ -57,6 +57,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         )
 
 
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """A list of thread counts runs one child pytest per count (see opbench.sweep)."""
+    import os
+
+    from opbench import sweep
+
+    if os.environ.get(sweep.CHILD):
+        return None
+    raw = {opt.name: config.getoption(f"opbench_{opt.name}") for opt in cfg.OPTIONS}
+    try:
+        counts = cfg.resolve(raw).threads
+    except ConfigError:
+        return None  # reported as a usage error by pytest_configure
+    if len(counts) < 2:
+        return None
+    return sweep.run(list(config.invocation_params.args), counts, config.option)
+
+
 def marker_names() -> dict[str, str]:
     """Every marker the suite attaches, with its description."""
     names = {f: f"framework {f}" for f in cfg.FRAMEWORKS}

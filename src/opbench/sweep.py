@@ -1,0 +1,103 @@
+"""Thread sweeps: `--threads 1,2,4` runs the selected benchmarks once per count, each in its own
+process (TensorFlow fixes its thread pools when its runtime starts), and merges the results into
+one pytest-benchmark JSON whose benchmarks carry their thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+CHILD = "OPBENCH_SWEEP_CHILD"
+_SAVE_FLAGS = ("--benchmark-json", "--benchmark-save", "--benchmark-autosave", "--threads")
+
+
+def child_args(args: list[str], threads: int, json_path: str) -> list[str]:
+    """The parent's pytest arguments with saving and --threads replaced for one child."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in _SAVE_FLAGS:
+            skip = "=" not in arg and flag != "--benchmark-autosave"
+            continue
+        out.append(arg)
+    return [*out, f"--threads={threads}", f"--benchmark-json={json_path}"]
+
+
+def merge(runs: dict[int, dict]) -> dict:
+    """One pytest-benchmark document from one run per thread count; names get an @tN suffix."""
+    counts = sorted(runs)
+    merged = dict(runs[counts[0]])
+    merged["benchmarks"] = []
+    for n in counts:
+        for bench in runs[n].get("benchmarks", []):
+            renamed = {**bench, "name": f"{bench['name']}@t{n}", "fullname": f"{bench['fullname']}@t{n}"}
+            merged["benchmarks"].append(renamed)
+    merged.setdefault("machine_info", {}).setdefault("opbench", {})["thread_sweep"] = counts
+    return merged
+
+
+def write_atomic(path: Path, document: dict) -> None:
+    """Write JSON next to `path` and rename it into place: a crash never leaves a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=4)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def storage_folder(storage: str) -> Path:
+    """pytest-benchmark's storage folder for this machine (file:// storage only)."""
+    from pytest_benchmark.utils import get_machine_id
+
+    url = urlparse(storage)
+    base = Path(url.netloc + url.path) if url.scheme == "file" else Path(storage)
+    return base / get_machine_id()
+
+
+def next_number(folder: Path) -> str:
+    numbers = [int(p.name[:4]) for p in folder.glob("[0-9][0-9][0-9][0-9]_*.json")] if folder.exists() else []
+    return f"{max(numbers, default=0) + 1:04d}"
+
+
+def run(args: list[str], counts: tuple[int, ...], option) -> int:
+    """Run one child pytest per thread count, merge, save as the parent was asked to."""
+    env = {**os.environ, CHILD: "1"}
+    results, code = {}, 0
+    with tempfile.TemporaryDirectory(prefix="opbench-sweep-") as tmp:
+        for n in counts:
+            path = os.path.join(tmp, f"t{n}.json")
+            print(f"opbench: thread sweep: running with --threads={n}", flush=True)
+            child = subprocess.run([sys.executable, "-m", "pytest", *child_args(args, n, path)], env=env, check=False)
+            code = max(code, child.returncode)
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    results[n] = json.load(f)
+    if not results:
+        return code or 1
+    merged = merge(results)
+    targets = []
+    if getattr(option, "benchmark_json", None):
+        targets.append(Path(option.benchmark_json))
+    save = getattr(option, "benchmark_save", None) or (
+        "sweep-t" + "-".join(map(str, sorted(results))) if getattr(option, "benchmark_autosave", False) else None
+    )
+    if save:
+        folder = storage_folder(option.benchmark_storage)
+        targets.append(folder / f"{next_number(folder)}_{save}.json")
+    for target in targets:
+        write_atomic(target, merged)
+        print(f"opbench: thread sweep saved in {target}")
+    return code
