@@ -8,6 +8,7 @@ import os
 import pytest
 
 from opbench import sweep
+from opbench.results import write_json_atomic
 
 
 def test_child_args_replace_saving_and_threads():
@@ -30,10 +31,10 @@ def test_write_atomic_leaves_no_partial_file(tmp_path):
     target = tmp_path / "run.json"
     target.write_text('{"old": true}')
     with pytest.raises(TypeError):
-        sweep.write_atomic(target, {"bad": object()})
+        write_json_atomic(target, {"bad": object()})
     assert json.loads(target.read_text()) == {"old": True}
     assert os.listdir(tmp_path) == ["run.json"]
-    sweep.write_atomic(target, {"new": 1})
+    write_json_atomic(target, {"new": 1})
     assert json.loads(target.read_text()) == {"new": 1}
 
 

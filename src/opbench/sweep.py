@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
+from opbench.results import write_json_atomic
+
 CHILD = "OPBENCH_SWEEP_CHILD"
 _SAVE_FLAGS = ("--benchmark-json", "--benchmark-save", "--benchmark-autosave", "--threads")
 
@@ -43,19 +45,6 @@ def merge(runs: dict[int, dict]) -> dict:
             merged["benchmarks"].append(renamed)
     merged.setdefault("machine_info", {}).setdefault("opbench", {})["thread_sweep"] = counts
     return merged
-
-
-def write_atomic(path: Path, document: dict) -> None:
-    """Write JSON next to `path` and rename it into place: a crash never leaves a torn file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=4)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def storage_folder(storage: str) -> Path:
@@ -98,6 +87,6 @@ def run(args: list[str], counts: tuple[int, ...], option) -> int:
         folder = storage_folder(option.benchmark_storage)
         targets.append(folder / f"{next_number(folder)}_{save}.json")
     for target in targets:
-        write_atomic(target, merged)
+        write_json_atomic(target, merged)
         print(f"opbench: thread sweep saved in {target}")
     return code

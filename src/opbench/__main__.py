@@ -1,0 +1,5 @@
+import sys
+
+from opbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,134 @@
+"""The `opbench` command: report, compare and upgrade-check over saved pytest-benchmark runs.
+
+Exit codes: 0 clean, 1 regression or missing benchmark, 2 usage or input error (one line on
+stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from opbench.results import DEFAULT_STORAGE, ResultsError, resolve
+
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's own convention)
+        self.exit(USAGE_ERROR, f"opbench: error: {message}\n")
+
+
+def _rules(args) -> tuple:
+    from opbench.compare import parse_rule
+    from opbench.stats import Rule
+
+    default = Rule(margin=args.margin / 100, threshold=args.threshold / 100)
+    return default, [parse_rule(r) for r in args.rule]
+
+
+def cmd_report(args) -> int:
+    from opbench import report
+
+    runs = resolve(args.runs, args.storage)
+    text = report.format_text(runs, markdown=args.markdown)
+    print(text)
+    if args.html or args.plots:
+        from opbench import htmlpage, plots
+
+        if args.html:
+            images = htmlpage.write(runs, Path(args.html), Path(args.plots) if args.plots else None)
+            print(f"\nwrote {args.html}" + (f" and {len(images)} plots in {args.plots}" if images else ""))
+        else:
+            images = plots.all_plots(runs, Path(args.plots))
+            print(f"\nwrote {len(images)} plots in {args.plots}")
+    return 0
+
+
+def _compare_and_print(baseline, candidate, args) -> int:
+    from opbench.compare import compare, format_text
+
+    default, rules = _rules(args)
+    result = compare(baseline, candidate, default, rules)
+    print(format_text(result, markdown=getattr(args, "markdown", False)))
+    return 1 if result.failed else 0
+
+
+def cmd_compare(args) -> int:
+    if not args.baseline or not args.candidate:
+        raise ResultsError("compare needs baseline runs, then '--', then candidate runs")
+    return _compare_and_print(resolve(args.baseline, args.storage), resolve(args.candidate, args.storage), args)
+
+
+def cmd_upgrade_check(args) -> int:
+    from opbench import upgrade
+    from opbench.results import load_run
+
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="opbench-upgrade-"))
+    base_files, cand_files = upgrade.run_gate(args.baseline, args.candidate, args.pytest_args, args.runs, workdir)
+    print(f"results in {workdir}")
+    return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
+
+
+def _gate_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--margin", type=float, default=3.0, help="percent the whole interval must clear (default 3)")
+    p.add_argument("--threshold", type=float, default=5.0, help="percent the ratio must clear (default 5)")
+    p.add_argument("--rule", action="append", default=[], metavar="GLOB=MARGIN:THRESHOLD",
+                   help="per-benchmark override by test name, e.g. 'test_conv2d*=5:10' (repeatable)")
+    p.add_argument("--markdown", action="store_true", help="Markdown output for CI summaries")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="opbench", description=__doc__.splitlines()[0])
+    top.add_argument("--storage", default=DEFAULT_STORAGE, help="pytest-benchmark storage folder (default %(default)s)")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    rep = sub.add_parser("report", help="side-by-side tables (and plots) of saved runs")
+    rep.add_argument("runs", nargs="*", help="files or storage ids (default: the latest run)")
+    rep.add_argument("--markdown", action="store_true", help="Markdown tables")
+    rep.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with plots")
+    rep.add_argument("--plots", metavar="DIR", help="also save the plots as PNG files here")
+    rep.set_defaults(func=cmd_report)
+
+    cmp = sub.add_parser("compare", help="noise-aware comparison: BASELINE... -- CANDIDATE...")
+    cmp.add_argument("baseline", nargs="*", help="baseline runs (files or ids)")
+    cmp.add_argument("--candidate", nargs="*", default=[], help=argparse.SUPPRESS)
+    _gate_options(cmp)
+    cmp.set_defaults(func=cmd_compare)
+
+    up = sub.add_parser("upgrade-check", help="run the benchmarks in two environments and compare")
+    up.add_argument("--baseline", nargs="*", default=[], metavar="REQ", help="requirements of the baseline side")
+    up.add_argument("--candidate", nargs="+", required=True, metavar="REQ", help="requirements of the candidate")
+    up.add_argument("--runs", "-k", type=int, default=3, help="runs per side, alternating A B B A (default 3)")
+    up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
+    up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
+    _gate_options(up)
+    up.set_defaults(func=cmd_upgrade_check)
+    return top
+
+
+def _split_compare(argv: list[str]) -> list[str]:
+    """`compare A B -- C D` -> `compare A B --candidate C D` (argparse cannot take two lists)."""
+    if argv and "compare" in argv and "--" in argv:
+        i = argv.index("--")
+        return [*argv[:i], "--candidate", *argv[i + 1 :]]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(_split_compare(argv))
+    try:
+        return args.func(args)
+    except ResultsError as exc:
+        print(f"opbench: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print("opbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The noise-aware comparison of two sets of runs, for gating framework upgrades.
+
+For every benchmark: the ratio of medians candidate / baseline with a bootstrap interval over
+runs, and a verdict. Benchmarks missing from the candidate fail the gate (a framework whose
+import broke skips all its benchmarks); new ones are listed. The environment difference comes
+first, and runs from different machines draw a loud warning.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbench.results import ResultsError, Run
+from opbench.stats import Ratio, Rule, ratio_of_medians, verdict
+
+# machine_info keys that identify the machine rather than the software
+MACHINE_KEYS = ("node", "machine", "opbench.cpu_model", "opbench.cores", "cpu.brand_raw")
+
+
+def flatten(info: Any, prefix: str = "") -> dict[str, str]:
+    """{"a.b": "value"} for every leaf of nested dicts; lists become comma-joined text."""
+    if isinstance(info, dict):
+        out: dict[str, str] = {}
+        for key, value in info.items():
+            if key == "flags":  # CPU flag lists: long and never what changed
+                continue
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(info, list):
+        return {prefix[:-1]: ", ".join(map(str, info))}
+    return {prefix[:-1]: str(info)}
+
+
+def environment_diff(baseline: list[Run], candidate: list[Run]) -> list[tuple[str, str, str]]:
+    """(key, baseline value, candidate value) for every machine_info leaf that differs."""
+    a, b = flatten(baseline[0].machine_info), flatten(candidate[0].machine_info)
+    keys = sorted(set(a) | set(b))
+    return [(k, a.get(k, "-"), b.get(k, "-")) for k in keys if a.get(k) != b.get(k)]
+
+
+@dataclass
+class Row:
+    fullname: str
+    name: str
+    group: str
+    ratio: Ratio
+    verdict: str
+    baseline_median: float
+    candidate_median: float
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    missing: list[str]
+    new: list[str]
+    env: list[tuple[str, str, str]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.missing) or any(r.verdict == "regression" for r in self.rows)
+
+    def count(self, what: str) -> int:
+        return sum(1 for r in self.rows if r.verdict == what)
+
+
+def parse_rule(text: str) -> tuple[str, Rule]:
+    """'GLOB=MARGIN:THRESHOLD' in percent, e.g. 'test_conv2d*=5:10'."""
+    try:
+        pattern, numbers = text.split("=", 1)
+        margin, threshold = (float(v.rstrip("%")) / 100 for v in numbers.split(":"))
+    except ValueError:
+        raise ResultsError(
+            f"bad --rule {text!r}: expected GLOB=MARGIN:THRESHOLD in percent, e.g. 'test_conv2d*=5:10'"
+        ) from None
+    return pattern, Rule(margin=margin, threshold=threshold)
+
+
+def rule_for(name: str, rules: list[tuple[str, Rule]], default: Rule) -> Rule:
+    for pattern, rule in rules:
+        if fnmatch.fnmatchcase(name, pattern):
+            return rule
+    return default
+
+
+def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = None,
+            rules: list[tuple[str, Rule]] | None = None) -> Comparison:
+    default, rules = default or Rule(), rules or []
+    base_names = set().union(*(r.benchmarks for r in baseline))
+    cand_names = set().union(*(r.benchmarks for r in candidate))
+    common = sorted(base_names & cand_names)
+    if not common:
+        raise ResultsError("the baseline and candidate runs have no benchmark in common")
+    rows = []
+    for full in common:
+        base = [r.benchmarks[full].median for r in baseline if full in r.benchmarks]
+        cand = [r.benchmarks[full].median for r in candidate if full in r.benchmarks]
+        ratio = ratio_of_medians(base, cand, seed=zlib.crc32(full.encode()))
+        bench = next(r.benchmarks[full] for r in candidate if full in r.benchmarks)
+        rule = rule_for(bench.name, rules, default)
+        rows.append(Row(full, bench.name, bench.group, ratio, verdict(ratio, rule), sorted(base)[len(base) // 2],
+                        sorted(cand)[len(cand) // 2]))
+    result = Comparison(rows, sorted(base_names - cand_names), sorted(cand_names - base_names),
+                        environment_diff(baseline, candidate))
+    changed_machine = [k for k, _, _ in result.env if k in MACHINE_KEYS]
+    if changed_machine:
+        result.warnings.append(
+            f"WARNING: the runs come from different machines ({', '.join(changed_machine)} differ): "
+            "differences below are not only the software's"
+        )
+    if min(len(baseline), len(candidate)) < 2:
+        result.warnings.append(
+            "note: one run on a side: the intervals cannot show run-to-run noise; compare K >= 3 runs per side "
+            "(opbench upgrade-check does)"
+        )
+    return result
+
+
+def fmt_time(seconds: float) -> str:
+    """A duration with a unit that keeps 3 to 4 significant digits readable."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds / 1e-9:.4g} ns"
+
+
+def _short(name: str, width: int = 70) -> str:
+    return name if len(name) <= width else name[: width - 1] + "~"
+
+
+def format_text(c: Comparison, markdown: bool = False) -> str:
+    lines = []
+    if c.env:
+        lines.append("environment difference (baseline -> candidate):")
+        lines += [f"  {k}: {a} -> {b}" for k, a, b in c.env]
+    else:
+        lines.append("environment: identical machine_info on both sides")
+    lines += c.warnings
+    lines.append("")
+    header = ("benchmark", "baseline", "candidate", "ratio", "95% interval", "verdict")
+    body = [
+        (_short(r.name), fmt_time(r.baseline_median), fmt_time(r.candidate_median), f"{r.ratio.ratio:.3f}",
+         f"[{r.ratio.low:.3f}, {r.ratio.high:.3f}]", r.verdict.upper() if r.verdict == "regression" else r.verdict)
+        for r in c.rows
+    ]
+    lines += table(header, body, markdown)
+    if c.missing:
+        lines += ["", f"MISSING in the candidate ({len(c.missing)}): a skipped or broken benchmark fails the gate"]
+        lines += [f"  {m}" for m in c.missing]
+    if c.new:
+        lines += ["", f"new in the candidate ({len(c.new)}):"] + [f"  {n}" for n in c.new]
+    lines += ["", f"{c.count('regression')} regressions, {c.count('improvement')} improvements, "
+              f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"]
+    return "\n".join(lines)
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]], markdown: bool = False) -> list[str]:
+    """Rows as an aligned text table, or a Markdown table."""
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return out + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+
+    def fmt(row):
+        cells = zip(row, widths, strict=True)
+        return "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(cells))
+
+    return [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]

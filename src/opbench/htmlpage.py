@@ -1,0 +1,48 @@
+"""A self-contained HTML report: the side-by-side tables and every plot embedded as a PNG."""
+
+from __future__ import annotations
+
+import base64
+import html
+import tempfile
+from pathlib import Path
+
+from opbench import plots, report
+from opbench.results import Run, write_text_atomic
+
+STYLE = """
+body { font-family: sans-serif; margin: 2em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
+td:first-child, th:first-child { text-align: left; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
+"""
+
+
+def _table(title: str, header, rows) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<h3>{html.escape(title)}</h3><table><tr>{head}</tr>{body}</table>"
+
+
+def _figure(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    name = html.escape(path.name)
+    img = f'<img src="data:image/png;base64,{data}" alt="{name}" title="{name}">'
+    return f"<figure>{img}<figcaption>{name}</figcaption></figure>"
+
+
+def write(runs: list[Run], target: Path, plots_dir: Path | None = None) -> list[Path]:
+    """Write the page to `target` (atomically); PNGs go to `plots_dir` (else a temporary folder)."""
+    with tempfile.TemporaryDirectory(prefix="opbench-plots-") as tmp:
+        folder = plots_dir or Path(tmp)
+        images = plots.all_plots(runs, folder)
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>opbench report</title>"
+                 f"<style>{STYLE}</style></head><body><h1>opbench report</h1>",
+                 "<p>runs: " + ", ".join(html.escape(str(r.path)) for r in runs) + "</p>"]
+        parts += [_table(*t) for t in report.tables(report.grid(runs))]
+        parts.append("<h2>plots</h2>")
+        parts += [_figure(p) for p in images]
+        parts.append("</body></html>")
+        write_text_atomic(target, "\n".join(parts))
+        return images if plots_dir else []

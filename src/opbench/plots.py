@@ -1,0 +1,147 @@
+"""Plots of saved runs with matplotlib (headless): grouped bars per operator, time against
+problem size with the fitted scaling exponent, thread scaling, and training-step time per model.
+Reads stored JSON only."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from opbench.report import SWEEP
+from opbench.results import Bench, Run
+
+GROUP = re.compile(r"^(?P<op>[^\[]+)\[(?P<where>[^-\]]+-[^-\]]+)-(?P<size>.+)\]$")
+
+
+def _benches(runs: list[Run]) -> list[Bench]:
+    return [b for run in runs for b in run.benchmarks.values()]
+
+
+def _save(fig, folder: Path, name: str) -> Path:
+    path = folder / name
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _size(bench: Bench) -> float | None:
+    return bench.extra.get("flops") or bench.extra.get("bytes") or None
+
+
+def fit_exponent(sizes, times) -> float | None:
+    """The slope of log(time) against log(size): 1 is linear scaling."""
+    if len(set(sizes)) < 2:
+        return None
+    return float(np.polyfit(np.log(sizes), np.log(times), 1)[0])
+
+
+def bars_per_operator(runs: list[Run], folder: Path) -> list[Path]:
+    """One grouped bar chart per operator and direction: sizes on x, a bar per framework/mode."""
+    by_op: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for b in _benches(runs):
+        m = GROUP.match(b.group)
+        if m and b.extra.get("framework") and not SWEEP.search(b.name):
+            by_op[f"{m['op']} {m['where']}"][m["size"]][b.column] = b.median
+    paths = []
+    for op, sizes in sorted(by_op.items()):
+        columns = sorted({c for cells in sizes.values() for c in cells})
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(sizes) * len(columns) / 4), 4))
+        width = 0.8 / len(columns)
+        for i, col in enumerate(columns):
+            ax.bar(np.arange(len(sizes)) + i * width, [cells.get(col, 0) * 1e3 for cells in sizes.values()],
+                   width, label=col)
+        ax.set_xticks(np.arange(len(sizes)) + 0.4 - width / 2, list(sizes), rotation=15, fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("median time (ms)")
+        ax.set_title(op)
+        ax.legend(fontsize=7)
+        paths.append(_save(fig, folder, f"bars-{_slug(op)}.png"))
+    return paths
+
+
+def scaling(runs: list[Run], folder: Path) -> list[Path]:
+    """Time against FLOPs (or bytes) on log-log axes per operator, with each column's exponent."""
+    by_op: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for b in _benches(runs):
+        m = GROUP.match(b.group)
+        if m and _size(b) and not SWEEP.search(b.name):
+            by_op[f"{m['op']} {m['where']}"][b.column].append((_size(b), b.median))
+    paths = []
+    for op, columns in sorted(by_op.items()):
+        if max(len({s for s, _ in pts}) for pts in columns.values()) < 2:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for col, pts in sorted(columns.items()):
+            pts.sort()
+            sizes, times = zip(*pts, strict=True)
+            slope = fit_exponent(sizes, times)
+            label = f"{col} (exponent {slope:.2f})" if slope is not None else col
+            ax.loglog(sizes, times, marker="o", label=label)
+        ax.set_xlabel("problem size: FLOPs per call (bytes where no FLOP count)")
+        ax.set_ylabel("median time (s)")
+        ax.set_title(f"{op}: time against problem size")
+        ax.legend(fontsize=7)
+        paths.append(_save(fig, folder, f"scaling-{_slug(op)}.png"))
+    return paths
+
+
+def thread_scaling(runs: list[Run], folder: Path) -> list[Path]:
+    """Speedup over the fewest threads, per benchmark group, where a run swept thread counts."""
+    curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for b in _benches(runs):
+        sweep = SWEEP.search(b.name)
+        if sweep:
+            curves[b.group][b.column].append((int(sweep.group(1)), b.median))
+    paths = []
+    for group, columns in sorted(curves.items()):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for col, pts in sorted(columns.items()):
+            pts.sort()
+            threads, times = zip(*pts, strict=True)
+            ax.plot(threads, [times[0] / t for t in times], marker="o", label=col)
+        ax.set_xlabel("threads")
+        ax.set_ylabel("speedup over the fewest threads")
+        ax.set_title(group)
+        ax.legend(fontsize=7)
+        paths.append(_save(fig, folder, f"threads-{_slug(group)}.png"))
+    return paths
+
+
+def training_steps(runs: list[Run], folder: Path) -> list[Path]:
+    """Training-step time per model, a bar per framework/mode."""
+    models: dict[str, dict[str, float]] = defaultdict(dict)
+    for b in _benches(runs):
+        if b.extra.get("model") and b.group.startswith(f"{b.extra['model']}-training") and not SWEEP.search(b.name):
+            models[b.extra["model"]][b.column] = b.median
+    if not models:
+        return []
+    columns = sorted({c for cells in models.values() for c in cells})
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(columns)
+    for i, col in enumerate(columns):
+        ax.bar(np.arange(len(models)) + i * width, [cells.get(col, 0) * 1e3 for cells in models.values()], width,
+               label=col)
+    ax.set_xticks(np.arange(len(models)) + 0.4 - width / 2, list(models))
+    ax.set_yscale("log")
+    ax.set_ylabel("training step, median (ms)")
+    ax.set_title("training-step time per model")
+    ax.legend(fontsize=7)
+    return [_save(fig, folder, "training-steps.png")]
+
+
+def all_plots(runs: list[Run], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return bars_per_operator(runs, folder) + scaling(runs, folder) + thread_scaling(runs, folder) + \
+        training_steps(runs, folder)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")

@@ -1,0 +1,126 @@
+"""Side-by-side tables from saved runs: frameworks and modes as columns, operator/shape (or
+model) as rows. Reads stored JSON only; never runs anything."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from opbench.compare import fmt_time, table
+from opbench.results import Bench, Run
+
+SWEEP = re.compile(r"@t(\d+)$")
+
+
+@dataclass
+class Cell:
+    median: float
+    iqr: float
+    gflops: float | None
+    peak: float | None  # the run's roofline for this device and dtype
+
+
+@dataclass
+class Grid:
+    """rows x columns of cells; rows are benchmark groups (with @tN for thread sweeps)."""
+
+    rows: list[str]
+    columns: list[str]
+    cells: dict[tuple[str, str], Cell]
+
+    def row(self, r: str) -> dict[str, Cell]:
+        return {c: self.cells[r, c] for c in self.columns if (r, c) in self.cells}
+
+
+def _peak(run: Run, bench: Bench) -> float | None:
+    peaks = (run.machine_info.get("opbench") or {}).get("peak_gflops") or {}
+    return peaks.get(f"{bench.extra.get('device', 'cpu')}-{bench.extra.get('dtype', 'float32')}")
+
+
+def row_key(bench: Bench) -> str:
+    sweep = SWEEP.search(bench.name)
+    return f"{bench.group} @t{sweep.group(1)}" if sweep else bench.group
+
+
+def grid(runs: list[Run]) -> Grid:
+    """One grid from one or more runs; a benchmark in several runs gets the median of its medians."""
+    seen: dict[tuple[str, str], list[tuple[Bench, Run]]] = {}
+    for run in runs:
+        for bench in run.benchmarks.values():
+            seen.setdefault((row_key(bench), bench.column), []).append((bench, run))
+    cells = {}
+    for key, entries in seen.items():
+        medians = [b.median for b, _ in entries]
+        bench, run = entries[0]
+        median = float(np.median(medians))
+        flops = bench.extra.get("flops")
+        cells[key] = Cell(median, float(np.median([b.iqr for b, _ in entries])),
+                          flops / median / 1e9 if flops else None, _peak(run, bench))
+    rows = sorted({r for r, _ in cells})
+    columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith("numpy"), c))
+    return Grid(rows, columns, cells)
+
+
+def _metric_rows(g: Grid, metric) -> list[tuple[str, ...]]:
+    return [(r, *(metric(g, r, c) for c in g.columns)) for r in g.rows]
+
+
+def _time(g: Grid, r: str, c: str) -> str:
+    cells = g.row(r)
+    if c not in cells:
+        return "-"
+    fastest = min(cells, key=lambda k: cells[k].median)
+    return fmt_time(cells[c].median) + (" *" if c == fastest and len(cells) > 1 else "")
+
+
+def _iqr(g, r, c):
+    cell = g.row(r).get(c)
+    return f"{cell.iqr / cell.median:.1%}" if cell else "-"
+
+
+def _gflops(g, r, c):
+    cell = g.row(r).get(c)
+    return f"{cell.gflops:,.1f}" if cell and cell.gflops else "-"
+
+
+def _peak_share(g, r, c):
+    cell = g.row(r).get(c)
+    return f"{cell.gflops / cell.peak:.0%}" if cell and cell.gflops and cell.peak else "-"
+
+
+def _vs_numpy(g, r, c):
+    cells = g.row(r)
+    ref = next((cells[k].median for k in cells if k.startswith("numpy/")), None)
+    return f"x{ref / cells[c].median:.2f}" if c in cells and ref else "-"
+
+
+def _vs_slowest(g, r, c):
+    cells = g.row(r)
+    return f"x{max(x.median for x in cells.values()) / cells[c].median:.2f}" if c in cells else "-"
+
+
+METRICS = (
+    ("median time (* fastest)", _time),
+    ("IQR / median", _iqr),
+    ("GFLOP/s", _gflops),
+    ("share of the machine's peak", _peak_share),
+    ("speedup over NumPy", _vs_numpy),
+    ("speedup over the slowest", _vs_slowest),
+)
+
+
+def tables(g: Grid) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
+    """(title, header, rows) for every metric."""
+    header = ("benchmark", *g.columns)
+    return [(title, header, _metric_rows(g, metric)) for title, metric in METRICS]
+
+
+def format_text(runs: list[Run], markdown: bool = False) -> str:
+    g = grid(runs)
+    lines = [f"runs: {', '.join(str(r.path) for r in runs)}"]
+    for title, header, rows in tables(g):
+        lines += ["", f"## {title}" if markdown else f"{title}:"]
+        lines += table(header, rows, markdown)
+    return "\n".join(lines)

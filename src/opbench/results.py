@@ -1,0 +1,141 @@
+"""Reading saved pytest-benchmark runs: files or `.benchmarks` ids, validated.
+
+Everything that reads results goes through here, so a missing, empty, truncated or foreign file,
+an empty storage folder or an unknown id is one ResultsError with one line to show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_STORAGE = ".benchmarks"
+
+
+class ResultsError(Exception):
+    """Results cannot be read or used; the message is one line for the terminal."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark of one run: what the report and the comparison need."""
+
+    fullname: str
+    name: str
+    group: str
+    median: float
+    iqr: float
+    rounds: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def column(self) -> str:
+        """framework/mode, the report's column (or the test name when not an opbench result)."""
+        if "framework" in self.extra:
+            return f"{self.extra['framework']}/{self.extra.get('mode', '')}"
+        return self.name
+
+
+@dataclass
+class Run:
+    path: Path
+    machine_info: dict[str, Any]
+    datetime: str
+    benchmarks: dict[str, Bench]
+
+    @property
+    def label(self) -> str:
+        return self.path.stem
+
+
+def _bench(raw: dict, path: Path) -> Bench:
+    try:
+        stats = raw["stats"]
+        return Bench(
+            fullname=raw["fullname"], name=raw["name"], group=raw.get("group") or raw["name"],
+            median=float(stats["median"]), iqr=float(stats["iqr"]), rounds=int(stats["rounds"]),
+            extra=dict(raw.get("extra_info") or {}),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultsError(f"{path}: a benchmark lacks its statistics ({type(exc).__name__}: {exc})") from None
+
+
+def load_run(path: str | Path) -> Run:
+    """One saved run; ResultsError if it is not a readable pytest-benchmark JSON with benchmarks."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot be read ({exc})") from None
+    if not text.strip():
+        raise ResultsError(f"{path}: empty file")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON, truncated? ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list) or "machine_info" not in doc:
+        raise ResultsError(f"{path}: not a pytest-benchmark result (no 'benchmarks' and 'machine_info')")
+    benches = [_bench(b, path) for b in doc["benchmarks"]]
+    if not benches:
+        raise ResultsError(f"{path}: holds no benchmarks (was it run with --benchmark-disable?)")
+    return Run(path, doc.get("machine_info") or {}, str(doc.get("datetime", "")), {b.fullname: b for b in benches})
+
+
+def saved_runs(storage: str | Path = DEFAULT_STORAGE) -> list[Path]:
+    """Every saved run under the storage folder, oldest first (by number, then name)."""
+    folder = Path(storage)
+    if not folder.is_dir():
+        raise ResultsError(f"{folder}: no such storage folder (run 'make bench' or pytest --benchmark-autosave)")
+    runs = sorted(folder.glob("*/[0-9][0-9][0-9][0-9]_*.json"), key=lambda p: (p.name, str(p)))
+    if not runs:
+        raise ResultsError(f"{folder}: holds no saved runs (run 'make bench' or pytest --benchmark-autosave)")
+    return runs
+
+
+def resolve(specs: list[str], storage: str | Path = DEFAULT_STORAGE) -> list[Run]:
+    """Runs named by file paths or storage ids ("0003", "0003_mylabel", "latest"); none: the latest."""
+    if not specs:
+        return [load_run(saved_runs(storage)[-1])]
+    runs = []
+    for spec in specs:
+        path = Path(spec)
+        if path.suffix == ".json" or path.exists():
+            runs.append(load_run(path))
+            continue
+        candidates = saved_runs(storage)
+        if spec == "latest":
+            runs.append(load_run(candidates[-1]))
+            continue
+        matches = [p for p in candidates if p.stem == spec or p.stem.split("_", 1)[0] == spec]
+        if not matches:
+            raise ResultsError(f"unknown run {spec!r}: not a file, nor an id in {storage} "
+                               f"(ids there: {', '.join(p.stem.split('_', 1)[0] for p in candidates[-5:])}, ...)")
+        if len(matches) > 1:
+            raise ResultsError(f"run id {spec!r} is ambiguous in {storage}: {', '.join(str(p) for p in matches)}")
+        runs.append(load_run(matches[0]))
+    return runs
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` next to `path` and rename it into place: a crash never leaves a torn file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, document: dict) -> None:
+    """Write a JSON document atomically (serialised first, so a bad document writes nothing)."""
+    write_text_atomic(path, json.dumps(document, indent=4))

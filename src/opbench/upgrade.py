@@ -1,0 +1,62 @@
+"""The framework-upgrade gate: two environments that differ only in the named requirements,
+the selected benchmarks run K times alternating (A B B A ...), then the comparison.
+
+Each environment is a virtual environment that sees this one's packages through a site
+directory (so nothing else differs) and has the named requirements installed on top, which
+shadow the shared copies.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sysconfig
+import venv
+from pathlib import Path
+
+from opbench.results import ResultsError
+
+
+def abba(k: int) -> list[str]:
+    """The order of K runs per side: A B B A A B B A ... (drifts cancel between the sides)."""
+    return [side for i in range(k) for side in (("A", "B") if i % 2 == 0 else ("B", "A"))]
+
+
+def make_env(folder: Path, requirements: list[str], runner=subprocess.run) -> Path:
+    """A venv at `folder` layered on this interpreter's site-packages, with `requirements` on top.
+    Returns its python."""
+    venv.EnvBuilder(with_pip=True, clear=True).create(folder)
+    python = folder / "bin" / "python"
+    site = runner([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                  capture_output=True, text=True, check=True).stdout.strip()
+    shared = sysconfig.get_paths()["purelib"]
+    Path(site, "_opbench_shared.pth").write_text(f"import site; site.addsitedir({shared!r})\n")
+    if requirements:
+        result = runner([str(python), "-m", "pip", "install", "-q", *requirements], check=False)
+        if result.returncode != 0:
+            raise ResultsError(f"pip could not install {' '.join(requirements)} into {folder}")
+    return python
+
+
+def run_gate(baseline: list[str], candidate: list[str], pytest_args: list[str], k: int, workdir: Path,
+             runner=subprocess.run) -> tuple[list[Path], list[Path]]:
+    """Build both environments and run the benchmarks K times per side in ABBA order. Returns the
+    result files of each side."""
+    if k < 1:
+        raise ResultsError("--runs must be at least 1")
+    pythons = {"A": make_env(workdir / "env-baseline", baseline, runner),
+               "B": make_env(workdir / "env-candidate", candidate, runner)}
+    files: dict[str, list[Path]] = {"A": [], "B": []}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    for i, side in enumerate(abba(k)):
+        out = workdir / f"{'baseline' if side == 'A' else 'candidate'}-{len(files[side]) + 1:02d}.json"
+        print(f"opbench upgrade-check: run {i + 1}/{2 * k}: {'baseline' if side == 'A' else 'candidate'}",
+              flush=True)
+        result = runner([str(pythons[side]), "-m", "pytest", *pytest_args, f"--benchmark-json={out}", "-q",
+                         "-p", "no:cacheprovider"], env=env, check=False)
+        if result.returncode not in (0, 5) and not out.exists():
+            raise ResultsError(f"the {'baseline' if side == 'A' else 'candidate'} run failed "
+                               f"(pytest exit {result.returncode}) and saved nothing")
+        files[side].append(out)
+    return files["A"], files["B"]
+
