@@ -82,23 +82,25 @@ def _gate_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="opbench", description=__doc__.splitlines()[0])
-    top.add_argument("--storage", default=DEFAULT_STORAGE, help="pytest-benchmark storage folder (default %(default)s)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--storage", default=DEFAULT_STORAGE,
+                        help="pytest-benchmark storage folder (default %(default)s)")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    rep = sub.add_parser("report", help="side-by-side tables (and plots) of saved runs")
+    rep = sub.add_parser("report", help="side-by-side tables (and plots) of saved runs", parents=[common])
     rep.add_argument("runs", nargs="*", help="files or storage ids (default: the latest run)")
     rep.add_argument("--markdown", action="store_true", help="Markdown tables")
     rep.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with plots")
     rep.add_argument("--plots", metavar="DIR", help="also save the plots as PNG files here")
     rep.set_defaults(func=cmd_report)
 
-    cmp = sub.add_parser("compare", help="noise-aware comparison: BASELINE... -- CANDIDATE...")
+    cmp = sub.add_parser("compare", help="noise-aware comparison: BASELINE... -- CANDIDATE...", parents=[common])
     cmp.add_argument("baseline", nargs="*", help="baseline runs (files or ids)")
     cmp.add_argument("--candidate", nargs="*", default=[], help=argparse.SUPPRESS)
     _gate_options(cmp)
     cmp.set_defaults(func=cmd_compare)
 
-    up = sub.add_parser("upgrade-check", help="run the benchmarks in two environments and compare")
+    up = sub.add_parser("upgrade-check", help="run the benchmarks in two environments and compare", parents=[common])
     up.add_argument("--baseline", nargs="*", default=[], metavar="REQ", help="requirements of the baseline side")
     up.add_argument("--candidate", nargs="+", required=True, metavar="REQ", help="requirements of the candidate")
     up.add_argument("--runs", "-k", type=int, default=3, help="runs per side, alternating A B B A (default 3)")

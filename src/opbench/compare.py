@@ -112,6 +112,11 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
             f"WARNING: the runs come from different machines ({', '.join(changed_machine)} differ): "
             "differences below are not only the software's"
         )
+    for side, runs in (("baseline", baseline), ("candidate", candidate)):
+        inner = environment_diff(runs[:1], runs[1:]) if len(runs) > 1 else []
+        if any(k not in ("datetime",) for k, _, _ in inner):
+            result.warnings.append(f"note: the {side} runs differ among themselves in: "
+                                   f"{', '.join(sorted({k for k, _, _ in inner})[:6])}")
     if min(len(baseline), len(candidate)) < 2:
         result.warnings.append(
             "note: one run on a side: the intervals cannot show run-to-run noise; compare K >= 3 runs per side "

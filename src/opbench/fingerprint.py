@@ -40,8 +40,10 @@ def frameworks(names: tuple[str, ...]) -> dict[str, Any]:
     return facts
 
 
-def update_machine_info(machine_info: dict, settings: Settings, threads: int, peaks: dict) -> None:
-    """Add opbench's fingerprint to pytest-benchmark's machine_info, in place."""
+def update_machine_info(machine_info: dict, settings: Settings, threads: int) -> None:
+    """Add opbench's fingerprint to pytest-benchmark's machine_info, in place. Only what is the
+    same on every run of an unchanged machine goes here (the measured peak goes in extra_info):
+    pytest-benchmark warns whenever machine_info differs."""
     cpu = machine_info.get("cpu")
     if isinstance(cpu, dict):
         for key in CLOCK_FIELDS:
@@ -53,5 +55,4 @@ def update_machine_info(machine_info: dict, settings: Settings, threads: int, pe
         "cores": os.cpu_count(),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "profile": settings.profile,
-        "peak_gflops": {f"{d}-{t}": v for (d, t), v in peaks.items()},
     }

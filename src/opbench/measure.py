@@ -182,8 +182,10 @@ def measure(benchmark, bound) -> None:
     timing = timing_of(benchmark)
     if timing is None:
         return
-    check_roofline(prepared.flops, timing.min_s, state.peak(case.device, case.dtype), state.settings.roofline_slack)
+    peak = state.peak(case.device, case.dtype)
+    check_roofline(prepared.flops, timing.min_s, peak, state.settings.roofline_slack)
     benchmark.extra_info.update(
+        peak_gflops=peak,
         gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,
         gbps=prepared.bytes / timing.median_s / 1e9 if prepared.bytes else None,
         **prepared.per_second(timing.median_s),

@@ -251,9 +251,20 @@ def framework_line(name: str, settings: Settings, threads: int) -> str:
     return "; ".join(parts)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is None or bs.disabled or not bs.benchmarks:
+        return
+    from opbench.summary import lines
+
+    for line in lines(bs):
+        terminalreporter.write_line(line)
+
+
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     from opbench.fingerprint import update_machine_info
 
     state = config.stash.get(STATE, None)
     if state is not None:
-        update_machine_info(machine_info, state.settings, state.threads, state.peaks)
+        update_machine_info(machine_info, state.settings, state.threads)

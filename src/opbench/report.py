@@ -34,11 +34,6 @@ class Grid:
         return {c: self.cells[r, c] for c in self.columns if (r, c) in self.cells}
 
 
-def _peak(run: Run, bench: Bench) -> float | None:
-    peaks = (run.machine_info.get("opbench") or {}).get("peak_gflops") or {}
-    return peaks.get(f"{bench.extra.get('device', 'cpu')}-{bench.extra.get('dtype', 'float32')}")
-
-
 def row_key(bench: Bench) -> str:
     sweep = SWEEP.search(bench.name)
     return f"{bench.group} @t{sweep.group(1)}" if sweep else bench.group
@@ -57,7 +52,7 @@ def grid(runs: list[Run]) -> Grid:
         median = float(np.median(medians))
         flops = bench.extra.get("flops")
         cells[key] = Cell(median, float(np.median([b.iqr for b, _ in entries])),
-                          flops / median / 1e9 if flops else None, _peak(run, bench))
+                          flops / median / 1e9 if flops else None, bench.extra.get("peak_gflops"))
     rows = sorted({r for r, _ in cells})
     columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith("numpy"), c))
     return Grid(rows, columns, cells)

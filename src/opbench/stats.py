@@ -53,7 +53,11 @@ class Rule:
 
 
 def verdict(r: Ratio, rule: Rule) -> str:
-    """'regression', 'improvement', 'noisy' or 'unchanged'."""
+    """'regression', 'improvement', 'noisy' or 'unchanged'. With one run per side there is no
+    interval, so the ratio alone must clear margin + threshold."""
+    if r.runs == (1, 1):
+        bound = 1 + rule.margin + rule.threshold
+        return "regression" if r.ratio > bound else "improvement" if r.ratio < 1 / bound else "unchanged"
     if r.low > 1 + rule.margin and r.ratio > 1 + rule.threshold:
         return "regression"
     if r.high < 1 / (1 + rule.margin) and r.ratio < 1 / (1 + rule.threshold):
