@@ -136,3 +136,10 @@ def test_mxnet_gemm_without_sync_would_trip_the_guard():
     backend.sync("cpu")
     with pytest.raises(Implausible):
         check_roofline(prepared.flops, enqueue, 300.0, 3.0)
+
+
+def test_injected_slowdown_is_recorded(monkeypatch):
+    monkeypatch.setenv("OPBENCH_INJECT_SLOWDOWN", "0.5")
+    bench = FakeBenchmark(seconds=1e-3)
+    measure(bench, bound(NumpyBackend()))
+    assert bench.extra_info["injected_slowdown"] == 0.5

@@ -82,10 +82,9 @@ def test_gpu_without_gpu_skips_with_reason(suite):
 
 def test_missing_framework_skips_with_reason(suite, monkeypatch):
     monkeypatch.setitem(backends.PACKAGES, "mxnet", "no_such_package_for_opbench")
-    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
+    monkeypatch.setattr(backends, "_loaded", {})  # a private cache for this test, restored after
     result = suite.runpytest_inprocess("--framework", "mxnet", "-rs", "--benchmark-disable", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*SKIPPED*mxnet is not installed*"])
-    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
 
 
 def test_broken_framework_import_becomes_skip_reason(monkeypatch, tmp_path):
@@ -93,11 +92,10 @@ def test_broken_framework_import_becomes_skip_reason(monkeypatch, tmp_path):
     (tmp_path / "brokenfw" / "__init__.py").write_text("raise RuntimeError('libfoo.so: cannot open shared object')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(backends.PACKAGES, "mxnet", "brokenfw")
-    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
+    monkeypatch.setattr(backends, "_loaded", {})
     monkeypatch.setattr(backends.importlib, "import_module", lambda name: __import__("brokenfw"))
     with pytest.raises(backends.Unavailable, match=r"mxnet failed to import: RuntimeError: libfoo\.so"):
         backends.load("mxnet")
-    monkeypatch.delitem(backends._loaded, "mxnet", raising=False)
 
 
 def test_header_and_saved_result(suite):
@@ -117,3 +115,15 @@ def test_header_and_saved_result(suite):
     assert "hz_actual" not in info["cpu"] and "hz_advertised" not in info["cpu"]
     assert info["opbench"]["frameworks"]["numpy"]["version"]
     assert info["opbench"]["threads"] >= 1
+
+
+def test_compare_shows_side_by_side_and_verdicts(suite):
+    args = ["--framework", "numpy", "-k", "relu", "--benchmark-max-time=0.01", "--benchmark-storage=store"]
+    first = suite.runpytest(*args, "--benchmark-autosave")
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["opbench: median time (* fastest), frameworks and modes side by side",
+                                "relu-forward[[]cpu-float32-256x1024[]]*"])
+    second = suite.runpytest(*args, "--benchmark-compare")
+    second.stdout.fnmatch_lines(["opbench: verdicts against *0001_*.json (candidate: this session)",
+                                 "environment: identical machine_info on both sides",
+                                 "test_relu[[]numpy-cpu-eager-float32-256x1024[]]*"])

@@ -29,7 +29,7 @@ def flatten(info: Any, prefix: str = "") -> dict[str, str]:
                 continue
             out.update(flatten(value, f"{prefix}{key}."))
         return out
-    if isinstance(info, list):
+    if isinstance(info, (list, tuple)):
         return {prefix[:-1]: ", ".join(map(str, info))}
     return {prefix[:-1]: str(info)}
 

@@ -145,6 +145,31 @@ def warn_if_noisy(name: str, timing: Timing) -> None:
         )
 
 
+INJECT = "OPBENCH_INJECT_SLOWDOWN"
+
+
+def inject_slowdown(prepared) -> float:
+    """Test-only hook for measuring the regression gate's sensitivity: with OPBENCH_INJECT_SLOWDOWN
+    set to a fraction f, every timed call spins for f times the operation's own median time
+    (measured here over 7 calls). Results record it as extra_info['injected_slowdown']."""
+    fraction = float(os.environ.get(INJECT, "0") or 0)
+    if fraction <= 0:
+        return 0.0
+    call = prepared.call
+    samples = sorted(_seconds(call) for _ in range(7))
+    extra = fraction * samples[3]
+
+    def slowed():
+        result = call()
+        end = time.perf_counter() + extra
+        while time.perf_counter() < end:
+            pass
+        return result
+
+    prepared.call = slowed
+    return fraction
+
+
 def _prepare(case, backend, settings):
     if case.kind == "model":
         from opbench.e2e import prepare_model
@@ -171,12 +196,15 @@ def measure(benchmark, bound) -> None:
         pytest.skip(f"{case.framework} cannot run {case.name} in {case.dtype} on the {case.device}: "
                     f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}")
     max_err = prepared.verify(result)
+    injected = inject_slowdown(prepared)
     benchmark.group = case.group
     benchmark.extra_info.update(
         framework=case.framework, framework_version=backend.version(), device=case.device, mode=case.mode,
         dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=threads, flops=prepared.flops,
         bytes=prepared.bytes, max_abs_err=max_err, first_call_s=first_s, **prepared.extra,
     )
+    if injected:
+        benchmark.extra_info["injected_slowdown"] = injected
     with PeakRSS() as rss:
         benchmark(prepared.call)
     timing = timing_of(benchmark)

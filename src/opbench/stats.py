@@ -45,16 +45,16 @@ def ratio_of_medians(baseline: list[float], candidate: list[float], seed: int = 
 @dataclass(frozen=True)
 class Rule:
     """Verdict thresholds: a change must clear `margin` with its whole interval and `threshold`
-    with its point estimate; an interval wider than `noisy` (high/low) is too noisy to call."""
+    with its point estimate; "unchanged" needs the whole interval within +-threshold."""
 
     margin: float = 0.03
     threshold: float = 0.05
-    noisy: float = 1.10
 
 
 def verdict(r: Ratio, rule: Rule) -> str:
-    """'regression', 'improvement', 'noisy' or 'unchanged'. With one run per side there is no
-    interval, so the ratio alone must clear margin + threshold."""
+    """'regression', 'improvement', 'unchanged' (the interval lies within +-threshold), or 'noisy'
+    (inconclusive: the interval is too wide to call either way). With one run per side there is
+    no interval, so the ratio alone must clear margin + threshold."""
     if r.runs == (1, 1):
         bound = 1 + rule.margin + rule.threshold
         return "regression" if r.ratio > bound else "improvement" if r.ratio < 1 / bound else "unchanged"
@@ -62,6 +62,6 @@ def verdict(r: Ratio, rule: Rule) -> str:
         return "regression"
     if r.high < 1 / (1 + rule.margin) and r.ratio < 1 / (1 + rule.threshold):
         return "improvement"
-    if r.width > rule.noisy:
-        return "noisy"
-    return "unchanged"
+    if r.high <= 1 + rule.threshold and r.low >= 1 / (1 + rule.threshold):
+        return "unchanged"
+    return "noisy"

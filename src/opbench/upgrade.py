@@ -22,9 +22,10 @@ def abba(k: int) -> list[str]:
     return [side for i in range(k) for side in (("A", "B") if i % 2 == 0 else ("B", "A"))]
 
 
-def make_env(folder: Path, requirements: list[str], runner=subprocess.run) -> Path:
+def make_env(folder: Path, requirements: list[str], runner=None) -> Path:
     """A venv at `folder` layered on this interpreter's site-packages, with `requirements` on top.
     Returns its python."""
+    runner = runner or subprocess.run
     venv.EnvBuilder(with_pip=True, clear=True).create(folder)
     python = folder / "bin" / "python"
     site = runner([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -39,11 +40,13 @@ def make_env(folder: Path, requirements: list[str], runner=subprocess.run) -> Pa
 
 
 def run_gate(baseline: list[str], candidate: list[str], pytest_args: list[str], k: int, workdir: Path,
-             runner=subprocess.run) -> tuple[list[Path], list[Path]]:
+             runner=None) -> tuple[list[Path], list[Path]]:
     """Build both environments and run the benchmarks K times per side in ABBA order. Returns the
     result files of each side."""
+    runner = runner or subprocess.run
     if k < 1:
         raise ResultsError("--runs must be at least 1")
+    workdir.mkdir(parents=True, exist_ok=True)
     pythons = {"A": make_env(workdir / "env-baseline", baseline, runner),
                "B": make_env(workdir / "env-candidate", candidate, runner)}
     files: dict[str, list[Path]] = {"A": [], "B": []}

@@ -1,0 +1,40 @@
+"""Synthetic pytest-benchmark documents for the report and comparison tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def bench(name: str, median: float, group: str = "gemm-forward[cpu-float32-64x64x64]", framework="torch",
+          mode="eager", flops: float | None = 2 * 64**3, **extra) -> dict:
+    return {
+        "name": name, "fullname": f"benchmarks/ops/test_linalg.py::{name}", "group": group,
+        "stats": {"median": median, "iqr": median * 0.02, "rounds": 10, "min": median * 0.9, "mean": median},
+        "extra_info": {"framework": framework, "mode": mode, "device": "cpu", "dtype": "float32", "flops": flops,
+                       "peak_gflops": 300.0, **extra},
+    }
+
+
+def document(benches: list[dict], node: str = "vm", torch_version: str = "2.13.0") -> dict:
+    return {
+        "machine_info": {"node": node, "machine": "x86_64",
+                         "opbench": {"frameworks": {"torch": {"version": torch_version}}, "cpu_model": "cpu"}},
+        "commit_info": {}, "datetime": "2026-11-22T00:00:00", "version": "5.3.1", "benchmarks": benches,
+    }
+
+
+def write(path: Path, benches: list[dict], **kw) -> Path:
+    path.write_text(json.dumps(document(benches, **kw)))
+    return path
+
+
+def gemm_runs(folder: Path, prefix: str, medians: list[float], **kw) -> list[Path]:
+    """One file per median: a run holding test_gemm[torch...] and test_gemm[numpy...] (fixed)."""
+    return [
+        write(folder / f"{prefix}{i}.json", [
+            bench("test_gemm[torch-cpu-eager-float32-64x64x64]", m),
+            bench("test_gemm[numpy-cpu-eager-float32-64x64x64]", 2e-4 * (1 + 0.01 * (i % 3 - 1)), framework="numpy"),
+        ], **kw)
+        for i, m in enumerate(medians)
+    ]

@@ -1,0 +1,189 @@
+"""The opbench command: report, compare, bad input (one line, exit 2), HTML and PNG output."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from opbench import cli, upgrade
+from opbench.compare import compare, environment_diff
+from opbench.results import load_run
+
+from .helpers import bench, gemm_runs, write
+
+
+def run_cli(*args) -> tuple[int, str, str]:
+    p = subprocess.run([sys.executable, "-m", "opbench", *args], capture_output=True, text=True, check=False)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_compare_flags_a_regression_and_exits_1(tmp_path):
+    base = gemm_runs(tmp_path, "a", [1e-3, 1.01e-3, 0.99e-3, 1.0e-3])
+    cand = gemm_runs(tmp_path, "b", [1.2e-3, 1.21e-3, 1.19e-3, 1.2e-3])
+    code, out, err = run_cli("compare", *map(str, base), "--", *map(str, cand))
+    assert code == 1, out + err
+    assert re.search(r"test_gemm\[torch-cpu-eager-float32-64x64x64\].*1\.200.*REGRESSION", out)
+    assert re.search(r"test_gemm\[numpy.*unchanged", out)
+    assert "1 regressions, 0 improvements, 1 unchanged" in out
+
+
+def test_compare_clean_exits_0_and_rules_override(tmp_path):
+    base = gemm_runs(tmp_path, "a", [1e-3, 1.01e-3, 0.99e-3])
+    cand = gemm_runs(tmp_path, "b", [1.1e-3, 1.11e-3, 1.09e-3])
+    assert cli.main(["compare", *map(str, base), "--", *map(str, cand)]) == 1
+    assert cli.main(["compare", *map(str, base), "--", *map(str, cand), "--rule", "test_gemm[[]torch*=15:20"]) == 0
+
+
+def test_missing_benchmark_fails_and_new_is_listed(tmp_path, capsys):
+    base = write(tmp_path / "a.json", [bench("test_a", 1e-3), bench("test_b", 1e-3)])
+    cand = write(tmp_path / "b.json", [bench("test_a", 1e-3), bench("test_c", 1e-3)])
+    assert cli.main(["compare", str(base), "--", str(cand)]) == 1
+    out = capsys.readouterr().out
+    assert "MISSING in the candidate (1)" in out and "test_b" in out
+    assert "new in the candidate (1)" in out and "test_c" in out
+
+
+def test_environment_diff_and_machine_warning(tmp_path):
+    a = load_run(write(tmp_path / "a.json", [bench("t", 1e-3)], node="ci-1", torch_version="2.13.0"))
+    b = load_run(write(tmp_path / "b.json", [bench("t", 1e-3)], node="ci-2", torch_version="2.14.1"))
+    diff = environment_diff([a], [b])
+    assert ("opbench.frameworks.torch.version", "2.13.0", "2.14.1") in diff
+    result = compare([a], [b])
+    assert any("different machines" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ("", "empty file"),
+        ('{"benchmarks": [', "not valid JSON, truncated?"),
+        ('{"hello": 1}', "not a pytest-benchmark result"),
+        ('{"machine_info": {}, "benchmarks": []}', "holds no benchmarks"),
+        ('{"machine_info": {}, "benchmarks": [{"name": "x"}]}', "lacks its statistics"),
+    ],
+)
+def test_bad_files_are_one_line_and_exit_2(tmp_path, content, message):
+    path = tmp_path / "run.json"
+    if content is not None:
+        path.write_text(content)
+    code, _, err = run_cli("report", str(path))
+    assert code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_storage_errors(tmp_path):
+    code, _, err = run_cli("report", "--storage", str(tmp_path / "none"))
+    assert code == 2 and "no such storage folder" in err
+    (tmp_path / "st" / "Linux").mkdir(parents=True)
+    code, _, err = run_cli("report", "--storage", str(tmp_path / "st"))
+    assert code == 2 and "holds no saved runs" in err
+    gemm_runs(tmp_path / "st" / "Linux", "0001_x", [1e-3])
+    (tmp_path / "st" / "Linux" / "0001_x0.json").rename(tmp_path / "st" / "Linux" / "0001_x.json")
+    code, _, err = run_cli("compare", "--storage", str(tmp_path / "st"), "0042", "--", "0001")
+    assert code == 2 and "unknown run '0042'" in err
+    code, out, _ = run_cli("report", "--storage", str(tmp_path / "st"))
+    assert code == 0 and "0001_x.json" in out
+
+
+def test_no_common_benchmarks(tmp_path):
+    a = write(tmp_path / "a.json", [bench("test_a", 1e-3)])
+    b = write(tmp_path / "b.json", [bench("test_b", 1e-3)])
+    code, _, err = run_cli("compare", str(a), "--", str(b))
+    assert code == 2 and "no benchmark in common" in err
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert run_cli("frobnicate")[0] == 2
+    code, _, err = run_cli("compare", str(tmp_path / "a.json"))
+    assert code == 2 and "compare needs baseline runs" in err
+    a = write(tmp_path / "a.json", [bench("test_a", 1e-3)])
+    code, _, err = run_cli("compare", str(a), "--", str(a), "--rule", "nonsense")
+    assert code == 2 and "bad --rule" in err
+
+
+def test_report_tables(tmp_path, capsys):
+    run = write(tmp_path / "r.json", [
+        bench("test_gemm[torch-cpu-eager-float32-64x64x64]", 1e-4),
+        bench("test_gemm[numpy-cpu-eager-float32-64x64x64]", 2e-4, framework="numpy"),
+        bench("test_gemm[mxnet-cpu-eager-float32-64x64x64]", 4e-4, framework="mxnet"),
+    ])
+    assert cli.main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    row = lambda title: next(line for line in out.split(title, 1)[1].splitlines() if line.startswith("gemm-forward"))
+    assert row("median time").split()[1:] == ["200", "us", "400", "us", "100", "us", "*"]
+    assert row("speedup over NumPy").split()[1:] == ["x1.00", "x0.50", "x2.00"]
+    assert row("speedup over the slowest").split()[1:] == ["x2.00", "x1.00", "x4.00"]
+    assert row("GFLOP/s").split()[1:] == ["2.6", "1.3", "5.2"]
+    assert row("share of the machine's peak").split()[1:] == ["1%", "0%", "2%"]
+
+
+def test_html_and_png_output(tmp_path):
+    benches = [bench(f"test_gemm[{fw}-cpu-eager-float32-{s}x{s}x{s}]", t * s**3 / 64**3,
+                     group=f"gemm-forward[cpu-float32-{s}x{s}x{s}]", framework=fw, flops=2 * s**3)
+               for fw, t in (("torch", 1e-4), ("numpy", 2e-4)) for s in (64, 128, 256)]
+    benches += [bench(f"test_gemm[torch-cpu-eager-float32-64x64x64]@t{n}", 1e-4 / n, framework="torch")
+                for n in (1, 2)]
+    benches += [bench("test_training[torch-cpu-eager-float32-mlp-b128]", 1e-3,
+                      group="mlp-training[cpu-float32-mlp-b128]", flops=None, model="mlp")]
+    run = write(tmp_path / "r.json", benches)
+    page, plots = tmp_path / "out" / "report.html", tmp_path / "plots"
+    assert cli.main(["report", str(run), "--html", str(page), "--plots", str(plots)]) == 0
+    pngs = sorted(p.name for p in plots.glob("*.png"))
+    assert any(p.startswith("bars-gemm") for p in pngs) and any(p.startswith("scaling-gemm") for p in pngs)
+    assert any(p.startswith("threads-") for p in pngs) and "training-steps.png" in pngs
+    text = page.read_text()
+    for name in pngs:
+        png = (plots / name).read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 1000
+        assert f'alt="{name}"' in text
+        assert base64.b64encode(png).decode() in text
+    assert "median time" in text and "speedup over NumPy" in text
+
+
+def test_scaling_exponent():
+    from opbench.plots import fit_exponent
+
+    assert fit_exponent([1, 10, 100], [2, 20, 200]) == pytest.approx(1.0)
+    assert fit_exponent([1, 10, 100], [1, 100, 10000]) == pytest.approx(2.0)
+    assert fit_exponent([5, 5], [1, 2]) is None
+
+
+def test_upgrade_check_runs_abba_and_compares(tmp_path, monkeypatch):
+    assert upgrade.abba(3) == ["A", "B", "B", "A", "A", "B"]
+    calls = []
+
+    def fake_runner(cmd, **kw):
+        calls.append(cmd)
+        out = next((c.split("=", 1)[1] for c in cmd if c.startswith("--benchmark-json=")), None)
+        if out:
+            side = "baseline" if "baseline" in out else "candidate"
+            med = 1e-3 if side == "baseline" else 1.3e-3
+            write(__import__("pathlib").Path(out), [bench("test_x", med * (1 + 0.001 * len(calls)))])
+        return subprocess.CompletedProcess(cmd, 0, stdout=str(tmp_path / "site"), stderr="")
+
+    (tmp_path / "site").mkdir()
+    monkeypatch.setattr(upgrade.venv.EnvBuilder, "create", lambda self, folder: None)
+    monkeypatch.setattr(upgrade.subprocess, "run", fake_runner)
+    code = cli.main(["upgrade-check", "--baseline", "torch==2.13.0", "--candidate", "torch==2.14.1", "--runs", "3",
+                     "--workdir", str(tmp_path / "w"), "--", "benchmarks/ops", "-m", "gemm"])
+    assert code == 1  # 30% slower: a regression
+    pip = [c for c in calls if "pip" in c]
+    assert [c[-1] for c in pip] == ["torch==2.13.0", "torch==2.14.1"]
+    runs = [c for c in calls if "pytest" in c]
+    assert len(runs) == 6 and all(c[3:6] == ["benchmarks/ops", "-m", "gemm"] for c in runs)
+    sides = ["baseline" if "baseline" in next(x for x in c if x.startswith("--benchmark-json")) else "candidate"
+             for c in runs]
+    assert sides == ["baseline", "candidate", "candidate", "baseline", "baseline", "candidate"]
+    assert "site.addsitedir" in (tmp_path / "site" / "_opbench_shared.pth").read_text()
+
+
+def test_saved_json_round_trips(tmp_path):
+    path = gemm_runs(tmp_path, "a", [1e-3])[0]
+    run = load_run(path)
+    assert json.loads(path.read_text())["benchmarks"][0]["fullname"] in run.benchmarks

@@ -1,0 +1,52 @@
+"""The gate's statistics on known inputs."""
+
+import pytest
+
+from opbench.stats import Ratio, Rule, ratio_of_medians, verdict
+
+
+def test_identical_sides_give_one_with_a_tight_interval():
+    r = ratio_of_medians([1.0, 1.01, 0.99], [1.0, 1.01, 0.99])
+    assert r.ratio == pytest.approx(1.0) and 0.97 < r.low <= 1.0 <= r.high < 1.03 and r.runs == (3, 3)
+
+
+def test_interval_is_reproducible_and_brackets_the_ratio():
+    base, cand = [1, 1.02, 0.98, 1.01], [1.2, 1.22, 1.19, 1.21]
+    a, b = ratio_of_medians(base, cand), ratio_of_medians(base, cand)
+    assert a == b and a.low <= a.ratio <= a.high
+    assert a.ratio == pytest.approx(1.205 / 1.005, rel=1e-9)
+
+
+def test_single_runs_collapse_the_interval():
+    r = ratio_of_medians([2.0], [3.0])
+    assert (r.ratio, r.low, r.high, r.runs) == (1.5, 1.5, 1.5, (1, 1))
+
+
+def test_bad_times_are_rejected():
+    with pytest.raises(ValueError):
+        ratio_of_medians([], [1.0])
+    with pytest.raises(ValueError):
+        ratio_of_medians([0.0], [1.0])
+
+
+@pytest.mark.parametrize(
+    "ratio, verdict_",
+    [
+        (Ratio(1.10, 1.06, 1.14, (3, 3)), "regression"),
+        (Ratio(1.10, 1.02, 1.14, (3, 3)), "noisy"),  # the interval does not clear the 3% margin
+        (Ratio(1.04, 1.035, 1.045, (3, 3)), "unchanged"),  # clears the margin, not the 5% threshold
+        (Ratio(0.90, 0.88, 0.93, (3, 3)), "improvement"),
+        (Ratio(1.00, 0.90, 1.12, (3, 3)), "noisy"),
+        (Ratio(1.00, 0.99, 1.01, (3, 3)), "unchanged"),
+        (Ratio(1.09, 1.09, 1.09, (1, 1)), "regression"),  # one run: must clear 3% + 5%
+        (Ratio(1.07, 1.07, 1.07, (1, 1)), "unchanged"),
+    ],
+)
+def test_verdicts(ratio, verdict_):
+    assert verdict(ratio, Rule()) == verdict_
+
+
+def test_rule_thresholds_change_the_verdict():
+    r = Ratio(1.10, 1.06, 1.14, (3, 3))
+    assert verdict(r, Rule(margin=0.10, threshold=0.15)) == "unchanged"
+    assert verdict(r, Rule(margin=0.02, threshold=0.05)) == "regression"
