@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +51,14 @@ def main() -> None:
     p.add_argument("--margin", type=float, default=3.0)
     p.add_argument("--threshold", type=float, default=5.0)
     p.add_argument("--out", default="gate_quality.json")
+    p.add_argument("--keep", help="keep the runs' JSON files in this folder (default: a temporary one)")
     p.add_argument("pytest_args", nargs="*", default=["benchmarks/ops", "-m", "forward"])
     a = p.parse_args()
     args = [*a.pytest_args, "--benchmark-max-time=0.1"]
     rule = Rule(margin=a.margin / 100, threshold=a.threshold / 100)
-    with tempfile.TemporaryDirectory(prefix="opbench-gate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="opbench-gate-") as scratch:
+        tmp = a.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         base, slow = [], []
         order = ["base"] * a.pool + ["slow"] * a.runs
         np.random.default_rng(0).shuffle(order)  # interleave, so that drift hits both kinds
@@ -65,20 +69,26 @@ def main() -> None:
                                               a.slowdown if kind == "slow" else 0.0)))
     r = np.random.default_rng(1)
     clean, fp_rates, sensitivity = 0, [], []
+    false_alarms: Counter[str] = Counter()
+    misses: Counter[str] = Counter()
     for _ in range(a.splits):
         idx = r.permutation(len(base))
         aa = compare([base[i] for i in idx[: a.runs]], [base[i] for i in idx[a.runs : 2 * a.runs]], rule)
         flagged = aa.count("regression") + aa.count("improvement")
+        false_alarms.update(row.name for row in aa.rows if row.verdict in ("regression", "improvement"))
         clean += flagged == 0
         fp_rates.append(flagged / len(aa.rows))
         ab = compare([base[i] for i in r.choice(len(base), a.runs, replace=False)], slow, rule)
         sensitivity.append(ab.count("regression") / len(ab.rows))
+        misses.update(row.name for row in ab.rows if row.verdict != "regression")
     summary = {
         "k": a.runs, "pool": a.pool, "splits": a.splits, "slowdown": a.slowdown, "margin_pct": a.margin,
         "threshold_pct": a.threshold, "benchmarks": len(aa.rows), "pytest_args": args,
         "aa_comparisons_with_no_flag": clean, "aa_mean_flagged_share": float(np.mean(fp_rates)),
         "sensitivity_mean_flagged_share": float(np.mean(sensitivity)),
         "sensitivity_min_flagged_share": float(np.min(sensitivity)),
+        "most_false_alarms": false_alarms.most_common(10),
+        "most_missed": misses.most_common(10),
     }
     Path(a.out).write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -127,3 +127,20 @@ def test_compare_shows_side_by_side_and_verdicts(suite):
     second.stdout.fnmatch_lines(["opbench: verdicts against *0001_*.json (candidate: this session)",
                                  "environment: identical machine_info on both sides",
                                  "test_relu[[]numpy-cpu-eager-float32-256x1024[]]*"])
+
+
+def test_data_dir_errors_are_one_line(pytester: pytest.Pytester, tmp_path):
+    pytester.makepyfile(test_e2e="""
+from opbench.measure import measure
+
+def test_inference(model_case, benchmark):
+    measure(benchmark, model_case)
+""")
+    result = pytester.runpytest_subprocess("--framework", "torch", "--mode", "eager", "-k", "mlp",
+                                           "--benchmark-disable", "--data-dir", str(tmp_path))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--data-dir: missing data file */train-images-idx3-ubyte (or *.gz)"])
+    assert "Traceback" not in result.stdout.str()
+    missing = pytester.runpytest("--data-dir", str(tmp_path / "nope"))
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["ERROR: --data-dir '*nope' is not a folder"])

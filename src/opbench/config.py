@@ -134,6 +134,8 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         given = raw.get(opt.name)
         values[opt.name] = given if given is not None else environ.get(opt.env, opt.default)
     peak = values["peak_gflops"]
+    if values["data_dir"] and not os.path.isdir(values["data_dir"]):
+        raise ConfigError(f"--data-dir {values['data_dir']!r} is not a folder")
     return Settings(
         frameworks=parse_names(values["framework"], FRAMEWORKS, "framework"),
         devices=parse_names(values["device"], DEVICES, "device"),

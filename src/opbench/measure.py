@@ -185,11 +185,15 @@ def measure(benchmark, bound) -> None:
     NumPy, then time with pytest-benchmark and check the result is physically plausible."""
     import pytest
 
+    from opbench.models.datasets import DataError
+
     case, backend, state = bound.case, bound.backend, bound.state
     threads = pin_threads(backend, state.threads)
     try:
         prepared = _prepare(case, backend, state.settings)
         result, first_s = first_call(prepared.call)
+    except DataError as exc:
+        pytest.fail(f"--data-dir: {exc}", pytrace=False)
     except Exception as exc:
         if case.dtype == "float32":
             raise

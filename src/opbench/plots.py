@@ -50,21 +50,24 @@ def bars_per_operator(runs: list[Run], folder: Path) -> list[Path]:
         m = GROUP.match(b.group)
         if m and b.extra.get("framework") and not SWEEP.search(b.name):
             by_op[f"{m['op']} {m['where']}"][m["size"]][b.column] = b.median
-    paths = []
-    for op, sizes in sorted(by_op.items()):
-        columns = sorted({c for cells in sizes.values() for c in cells})
-        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(sizes) * len(columns) / 4), 4))
-        width = 0.8 / len(columns)
-        for i, col in enumerate(columns):
-            ax.bar(np.arange(len(sizes)) + i * width, [cells.get(col, 0) * 1e3 for cells in sizes.values()],
-                   width, label=col)
-        ax.set_xticks(np.arange(len(sizes)) + 0.4 - width / 2, list(sizes), rotation=15, fontsize=7)
-        ax.set_yscale("log")
-        ax.set_ylabel("median time (ms)")
-        ax.set_title(op)
-        ax.legend(fontsize=7)
-        paths.append(_save(fig, folder, f"bars-{_slug(op)}.png"))
-    return paths
+    return [_grouped_bars(folder, f"bars-{_slug(op)}.png", op, sizes) for op, sizes in sorted(by_op.items())]
+
+
+def _grouped_bars(folder: Path, name: str, title: str, categories: dict[str, dict[str, float]],
+                  ylabel: str = "median time (ms)") -> Path:
+    """Bars of seconds (shown in ms, log scale): one cluster per category, one bar per column."""
+    columns = sorted({c for cells in categories.values() for c in cells})
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(categories) * len(columns) / 4), 4))
+    width = 0.8 / len(columns)
+    for i, col in enumerate(columns):
+        ax.bar(np.arange(len(categories)) + i * width, [cells.get(col, 0) * 1e3 for cells in categories.values()],
+               width, label=col)
+    ax.set_xticks(np.arange(len(categories)) + 0.4 - width / 2, list(categories), rotation=15, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _save(fig, folder, name)
 
 
 def scaling(runs: list[Run], folder: Path) -> list[Path]:
@@ -123,18 +126,8 @@ def training_steps(runs: list[Run], folder: Path) -> list[Path]:
             models[b.extra["model"]][b.column] = b.median
     if not models:
         return []
-    columns = sorted({c for cells in models.values() for c in cells})
-    fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(columns)
-    for i, col in enumerate(columns):
-        ax.bar(np.arange(len(models)) + i * width, [cells.get(col, 0) * 1e3 for cells in models.values()], width,
-               label=col)
-    ax.set_xticks(np.arange(len(models)) + 0.4 - width / 2, list(models))
-    ax.set_yscale("log")
-    ax.set_ylabel("training step, median (ms)")
-    ax.set_title("training-step time per model")
-    ax.legend(fontsize=7)
-    return [_save(fig, folder, "training-steps.png")]
+    return [_grouped_bars(folder, "training-steps.png", "training-step time per model", models,
+                          "training step, median (ms)")]
 
 
 def all_plots(runs: list[Run], folder: Path) -> list[Path]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from opbench.backends.mxnet import mx
-from opbench.models.native import NativeModel
+from opbench.models.native import NativeModel, out_in_slots
 from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, layer_inputs
 
 autograd, gluon, nn, rnn = mx.autograd, mx.gluon, mx.gluon.nn, mx.gluon.rnn
@@ -79,40 +79,20 @@ class MxnetModel(NativeModel):
         return call
 
     def _slots(self):
-        """(canonical name, gluon parameter, to_native, to_canonical) for every parameter."""
-        for i, (layer, group) in enumerate(zip(self.spec.layers, self._blocks, strict=True)):
-            block = group[0]
-            if isinstance(layer, Dense):
-                yield f"{i}.W", block.weight, np.transpose, np.transpose
-                yield f"{i}.b", block.bias, None, None
-            elif isinstance(layer, Conv2D):
-                yield f"{i}.W", block.weight, None, None
-                yield f"{i}.b", block.bias, None, None
-            elif isinstance(layer, LSTM):
+        def handles(i):
+            block = self._blocks[i][0]
+            if isinstance(block, rnn.LSTM):
                 p = block.collect_params()
-                yield f"{i}.Wx", _named(p, "l0_i2h_weight"), np.transpose, np.transpose
-                yield f"{i}.Wh", _named(p, "l0_h2h_weight"), np.transpose, np.transpose
+                return tuple(_named(p, f"l0_{k}") for k in ("i2h_weight", "h2h_weight", "i2h_bias", "h2h_bias"))
+            return block.weight, block.bias
 
-    def set_params(self, params):
-        for name, param, to_native, _ in self._slots():
-            value = to_native(params[name]) if to_native else params[name]
-            param.set_data(mx.nd.array(np.ascontiguousarray(value), ctx=self._ctx))
-        for i, layer in enumerate(self.spec.layers):
-            if isinstance(layer, LSTM):  # two biases per gate set: b and zeros
-                p = self._blocks[i][0].collect_params()
-                _named(p, "l0_i2h_bias").set_data(mx.nd.array(params[f"{i}.b"], ctx=self._ctx))
-                _named(p, "l0_h2h_bias").set_data(mx.nd.zeros((4 * layer.units,), ctx=self._ctx))
+        return out_in_slots(self.spec, handles)
 
-    def get_params(self):
-        out = {}
-        for name, param, _, to_canonical in self._slots():
-            value = param.data().asnumpy()
-            out[name] = to_canonical(value) if to_canonical else value
-        for i, layer in enumerate(self.spec.layers):
-            if isinstance(layer, LSTM):
-                p = self._blocks[i][0].collect_params()
-                out[f"{i}.b"] = (_named(p, "l0_i2h_bias").data() + _named(p, "l0_h2h_bias").data()).asnumpy()
-        return out
+    def _read(self, handle):
+        return handle.data().asnumpy()
+
+    def _write(self, handle, value):
+        handle.set_data(mx.nd.array(value, ctx=self._ctx))
 
 
 def _named(params, suffix: str):

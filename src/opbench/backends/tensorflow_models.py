@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from opbench.models.native import NativeModel, nchw_dense_rows, nhwc_dense_rows
+from opbench.models.native import NativeModel, Slot, nchw_dense_rows, nhwc_dense_rows
 from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, layer_inputs
 
 
@@ -87,39 +87,35 @@ class TensorflowModel(NativeModel):
         return call
 
     def _slots(self):
-        """(canonical name, keras variable, to_native, to_canonical) for every parameter."""
+        """Keras stores dense kernels (in, out), conv kernels HWIO and one LSTM bias: only the dense
+        layer after Flatten needs its rows reordered, when images are NHWC."""
         shapes = layer_inputs(self.spec)
         for i, (layer, group) in enumerate(zip(self.spec.layers, self._groups, strict=True)):
             main = group[-1]
             if isinstance(layer, Dense):
-                prev = self.spec.layers[i - 1] if i else None
-                chw = shapes[i - 1] if isinstance(prev, Flatten) and len(shapes[i - 1]) == 3 else None
-                if chw and self._format == "NHWC":  # Flatten met (H, W, C), not (C, H, W)
-                    yield f"{i}.W", main.kernel, lambda w, c=chw: nhwc_dense_rows(w, c), \
-                        lambda w, c=chw: nchw_dense_rows(w, c)
+                after_flatten = i and isinstance(self.spec.layers[i - 1], Flatten) and len(shapes[i - 1]) == 3
+                if after_flatten and self._format == "NHWC":
+                    chw = shapes[i - 1]
+                    yield Slot(f"{i}.W", (main.kernel,), lambda w, c=chw: nhwc_dense_rows(w, c),
+                               lambda w, c=chw: nchw_dense_rows(w, c))
                 else:
-                    yield f"{i}.W", main.kernel, None, None
-                yield f"{i}.b", main.bias, None, None
+                    yield Slot(f"{i}.W", (main.kernel,))
+                yield Slot(f"{i}.b", (main.bias,))
             elif isinstance(layer, Conv2D):
-                yield f"{i}.W", main.kernel, lambda w: w.transpose(2, 3, 1, 0), lambda w: w.transpose(3, 2, 0, 1)
-                yield f"{i}.b", main.bias, None, None
+                hwio, oihw = (lambda w: w.transpose(2, 3, 1, 0)), (lambda w: w.transpose(3, 2, 0, 1))
+                yield Slot(f"{i}.W", (main.kernel,), hwio, oihw)
+                yield Slot(f"{i}.b", (main.bias,))
             elif isinstance(layer, LSTM):
                 cell = main.cell
-                yield f"{i}.Wx", cell.kernel, None, None
-                yield f"{i}.Wh", cell.recurrent_kernel, None, None
-                yield f"{i}.b", cell.bias, None, None
+                yield Slot(f"{i}.Wx", (cell.kernel,))
+                yield Slot(f"{i}.Wh", (cell.recurrent_kernel,))
+                yield Slot(f"{i}.b", (cell.bias,))
 
-    def set_params(self, params):
-        for name, var, to_native, _ in self._slots():
-            value = to_native(params[name]) if to_native else params[name]
-            var.assign(tf.cast(np.ascontiguousarray(value), var.dtype))
+    def _read(self, handle):
+        return np.asarray(handle.numpy(), dtype=np.float32)
 
-    def get_params(self):
-        out = {}
-        for name, var, _, to_canonical in self._slots():
-            value = np.asarray(var.numpy(), dtype=np.float32)
-            out[name] = to_canonical(value) if to_canonical else value
-        return out
+    def _write(self, handle, value):
+        handle.assign(tf.cast(value, handle.dtype))
 
     def peak_memory(self):
         if self.device != "gpu":

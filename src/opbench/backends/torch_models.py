@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from opbench.models.native import NativeModel
+from opbench.models.native import NativeModel, out_in_slots
 from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, layer_inputs
 
 
@@ -81,38 +81,20 @@ class TorchModel(NativeModel):
         return call
 
     def _slots(self):
-        """(canonical name, parameter, to_native, to_canonical) for every parameter."""
-        for i, (layer, mod) in enumerate(zip(self.spec.layers, self.net.mods, strict=True)):
-            if isinstance(layer, Dense):
-                yield f"{i}.W", mod.weight, np.transpose, np.transpose
-                yield f"{i}.b", mod.bias, None, None
-            elif isinstance(layer, Conv2D):
-                yield f"{i}.W", mod.weight, None, None
-                yield f"{i}.b", mod.bias, None, None
-            elif isinstance(layer, LSTM):
-                yield f"{i}.Wx", mod.weight_ih_l0, np.transpose, np.transpose
-                yield f"{i}.Wh", mod.weight_hh_l0, np.transpose, np.transpose
+        def handles(i):
+            mod = self.net.mods[i]
+            if isinstance(mod, nn.LSTM):
+                return mod.weight_ih_l0, mod.weight_hh_l0, mod.bias_ih_l0, mod.bias_hh_l0
+            return mod.weight, mod.bias
 
-    def set_params(self, params):
+        return out_in_slots(self.spec, handles)
+
+    def _read(self, handle):
+        return handle.detach().float().cpu().numpy()
+
+    def _write(self, handle, value):
         with torch.no_grad():
-            for name, param, to_native, _ in self._slots():
-                value = to_native(params[name]) if to_native else params[name]
-                param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
-            for i, layer in enumerate(self.spec.layers):
-                if isinstance(layer, LSTM):  # two biases per gate set: b and zeros
-                    self.net.mods[i].bias_ih_l0.copy_(torch.from_numpy(params[f"{i}.b"]))
-                    self.net.mods[i].bias_hh_l0.zero_()
-
-    def get_params(self):
-        out = {}
-        for name, param, _, to_canonical in self._slots():
-            value = param.detach().float().cpu().numpy()
-            out[name] = to_canonical(value) if to_canonical else value
-        for i, layer in enumerate(self.spec.layers):
-            if isinstance(layer, LSTM):
-                mod = self.net.mods[i]
-                out[f"{i}.b"] = (mod.bias_ih_l0 + mod.bias_hh_l0).detach().float().cpu().numpy()
-        return out
+            handle.copy_(torch.from_numpy(value))
 
     def peak_memory(self):
         return torch.cuda.max_memory_allocated() if self.device == "gpu" else None

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from opbench.models.spec import ModelSpec, Optimizer
+from opbench.models.spec import LSTM, Conv2D, Dense, ModelSpec, Optimizer
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one canonical parameter lives in a native model: the handle(s) of the native arrays
+    (two for a bias split in two, whose sum is the canonical value) and the layout maps."""
+
+    name: str
+    handles: tuple[Any, ...]
+    to_native: Callable[[np.ndarray], np.ndarray] | None = None
+    to_canonical: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 class NativeModel(abc.ABC):
@@ -37,16 +49,55 @@ class NativeModel(abc.ABC):
         it returns the batch's loss before the update."""
 
     @abc.abstractmethod
-    def get_params(self) -> dict[str, np.ndarray]:
-        """The current parameters in the canonical layout."""
+    def _slots(self) -> Iterator[Slot]:
+        """Every canonical parameter's place in the native model."""
 
     @abc.abstractmethod
+    def _read(self, handle: Any) -> np.ndarray:
+        """A float32 NumPy copy of a native parameter."""
+
+    @abc.abstractmethod
+    def _write(self, handle: Any, value: np.ndarray) -> None:
+        """Overwrite a native parameter with `value` (already in the native layout)."""
+
     def set_params(self, params: dict[str, np.ndarray]) -> None:
-        """Load canonical parameters into the native model."""
+        """Load canonical parameters; a split bias gets the value in its first part, zeros in the rest."""
+        for slot in self._slots():
+            value = params[slot.name]
+            value = np.ascontiguousarray(slot.to_native(value) if slot.to_native else value)
+            self._write(slot.handles[0], value)
+            for rest in slot.handles[1:]:
+                self._write(rest, np.zeros_like(value))
+
+    def get_params(self) -> dict[str, np.ndarray]:
+        """The current parameters in the canonical layout."""
+        out = {}
+        for slot in self._slots():
+            value = sum(self._read(h) for h in slot.handles)
+            out[slot.name] = slot.to_canonical(value) if slot.to_canonical else value
+        return out
 
     def peak_memory(self) -> int | None:
         """The framework allocator's peak bytes on the GPU, where it can tell; None elsewhere."""
         return None
+
+
+def out_in_slots(spec: ModelSpec, handles: Callable[[int], tuple]) -> Iterator[Slot]:
+    """Slots for frameworks that store dense weights as (out, in), kernels as OIHW and LSTM weights
+    as (4H, in) with two biases (PyTorch, MXNet). `handles(i)` gives layer i's native arrays:
+    (weight, bias), or for an LSTM (input weight, hidden weight, input bias, hidden bias)."""
+    t = np.transpose
+    for i, layer in enumerate(spec.layers):
+        if isinstance(layer, (Dense, Conv2D)):
+            weight, bias = handles(i)
+            dense = isinstance(layer, Dense)
+            yield Slot(f"{i}.W", (weight,), t if dense else None, t if dense else None)
+            yield Slot(f"{i}.b", (bias,))
+        elif isinstance(layer, LSTM):
+            wx, wh, b_in, b_hidden = handles(i)
+            yield Slot(f"{i}.Wx", (wx,), t, t)
+            yield Slot(f"{i}.Wh", (wh,), t, t)
+            yield Slot(f"{i}.b", (b_in, b_hidden))
 
 
 def nhwc_dense_rows(w: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:
