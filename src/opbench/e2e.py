@@ -26,23 +26,29 @@ LOGIT_TOL = 1e-3  # inference logits: max abs error / max(1, max|ref|)
 PARAM_TOL = 1e-4  # parameters after SGD steps: max abs error / max(1, max|ref|)
 
 
-def model_label(model: ModelSpec, batch: int) -> str:
-    return f"b{batch}-{'x'.join(map(str, model.input_shape))}"
+def _initial(model: ModelSpec) -> dict[str, np.ndarray]:
+    return {k: v.astype(np.float64) for k, v in init_params(model).items()}
 
 
 @functools.lru_cache(maxsize=4)
-def _reference(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int = 1):
-    """NumPy's logits and loss on batch 0 and its losses and parameters after `steps` SGD steps."""
+def _reference_forward(name: str, batch: int, data_dir: str) -> tuple[np.ndarray, float]:
+    """NumPy's logits and loss on batch 0 from the initial weights."""
     model = catalogue.get(name)
-    params = {k: v.astype(np.float64) for k, v in init_params(model).items()}
     x, y = datasets.batch(model, batch, data_dir)
-    logits = reference.forward(model, params, x.astype(np.float64))
-    losses = []
+    logits = reference.forward(model, _initial(model), x.astype(np.float64))
+    return logits, reference.cross_entropy(logits, y)[0]
+
+
+@functools.lru_cache(maxsize=4)
+def _reference_sgd(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int) -> tuple[list, dict]:
+    """NumPy's losses and parameters over `steps` plain-SGD steps from the initial weights."""
+    model = catalogue.get(name)
+    params, losses = _initial(model), []
     for i in range(steps):
         xi, yi = datasets.batch(model, batch, data_dir, i)
         loss, params = reference.sgd_step(model, params, xi.astype(np.float64), yi, model.optimizer.lr, lstm_biases)
         losses.append(loss)
-    return logits, reference.cross_entropy(logits, y)[0], losses, params
+    return losses, params
 
 
 def _close(what: str, got: float, want: float) -> float:
@@ -72,7 +78,7 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
     """Run SGD_STEPS plain-SGD steps and compare losses and parameters with NumPy's."""
     model = catalogue.get(case.name)
     batch = case.p["batch"]
-    _, _, want_losses, want_params = _reference(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases)
+    want_losses, want_params = _reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases)
     sgd = Optimizer("sgd", model.optimizer.lr)
     for i, want in enumerate(want_losses):
         x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
@@ -114,7 +120,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
     batch = case.p["batch"]
     params = init_params(model)
     native = backend.build(model, params, case.device, case.dtype, case.mode)
-    want_logits, want_loss, _, _ = _reference(case.name, batch, data_dir, SGD_STEPS)
+    want_logits, want_loss = _reference_forward(case.name, batch, data_dir)
     x, y = native.inputs(*datasets.batch(model, batch, data_dir))
 
     if case.direction == "training":
