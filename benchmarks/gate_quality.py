@@ -1,17 +1,20 @@
 """How good is the regression gate? Its false-positive rate (A/A) and its sensitivity to a real
 slowdown, measured on this machine with real benchmark runs.
 
-It runs the selected benchmarks POOL times as the baseline and K times with an injected slowdown
-(OPBENCH_INJECT_SLOWDOWN: every timed call spins for that fraction of the operation's own time),
-alternating, then:
-- A/A: SPLITS random splits of the baseline pool into two sides of K runs each, compared with
-  `opbench compare`'s statistics; counts the comparisons in which no benchmark was flagged;
-- sensitivity: SPLITS random K-run baselines against the slowed runs; the share of benchmarks
-  flagged as regressions.
+It runs the selected benchmarks POOL times as the baseline and SLOW times with an injected
+slowdown (OPBENCH_INJECT_SLOWDOWN: every timed call spins for that fraction of the operation's
+own time), in a shuffled order so that drift hits both kinds, then, for every K in --runs and
+every confidence in --confidence:
+- A/A: SPLITS random splits of the baseline pool into two disjoint sides of K runs each, compared
+  with `opbench compare`'s statistics; counts the comparisons in which no benchmark was flagged;
+- sensitivity: SPLITS comparisons of K random baseline runs against K random slowed runs; the
+  share of benchmarks flagged as regressions.
 The splits reuse the same pool of runs, so they are not independent comparisons: the figures are
-estimates, stated with K, the margins and the pool.
+estimates, stated with K, the margins and the pool. `--keep DIR` keeps the runs; `--from DIR ...`
+analyses kept runs again (any number of folders, e.g. from several sessions) without running.
 
-    .venv/bin/python benchmarks/gate_quality.py --runs 3 --pool 6 -- benchmarks/ops -m forward
+    .venv/bin/python benchmarks/gate_quality.py --runs 7 --pool 14 --keep runs/ -- benchmarks/ops -m forward
+    .venv/bin/python benchmarks/gate_quality.py --from runs/ --runs 5,7,10 --confidence 95,99
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.compare import compare
+from opbench.compare import STATISTICS, compare
 from opbench.measure import INJECT
-from opbench.results import load_run
+from opbench.results import Run, load_run
 from opbench.stats import Rule
+
+FLAGGED = ("regression", "improvement")
 
 
 def run_pytest(args: list[str], out: Path, slowdown: float) -> Path:
@@ -42,59 +47,95 @@ def run_pytest(args: list[str], out: Path, slowdown: float) -> Path:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="K: runs per side in each comparison")
-    p.add_argument("--pool", type=int, default=6, help="baseline runs to draw A/A splits from (>= 2K)")
-    p.add_argument("--splits", type=int, default=20)
-    p.add_argument("--slowdown", type=float, default=0.10)
-    p.add_argument("--margin", type=float, default=3.0)
-    p.add_argument("--threshold", type=float, default=5.0)
-    p.add_argument("--out", default="gate_quality.json")
-    p.add_argument("--keep", help="keep the runs' JSON files in this folder (default: a temporary one)")
-    p.add_argument("pytest_args", nargs="*", default=["benchmarks/ops", "-m", "forward"])
-    a = p.parse_args()
-    args = [*a.pytest_args, "--benchmark-max-time=0.1"]
-    rule = Rule(margin=a.margin / 100, threshold=a.threshold / 100)
-    with tempfile.TemporaryDirectory(prefix="opbench-gate-") as scratch:
-        tmp = a.keep or scratch
-        Path(tmp).mkdir(parents=True, exist_ok=True)
-        base, slow = [], []
-        order = ["base"] * a.pool + ["slow"] * a.runs
-        np.random.default_rng(0).shuffle(order)  # interleave, so that drift hits both kinds
-        for i, kind in enumerate(order):
-            print(f"run {i + 1}/{len(order)}: {kind}", flush=True)
-            target = base if kind == "base" else slow
-            target.append(load_run(run_pytest(args, Path(tmp) / f"{kind}-{i:02d}.json",
-                                              a.slowdown if kind == "slow" else 0.0)))
+def collect(a, folder: Path) -> None:
+    """Run the pool and the slowed runs in a shuffled order, saving base-NN.json / slow-NN.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    order = ["base"] * a.pool + ["slow"] * a.slow
+    np.random.default_rng(0).shuffle(order)
+    for i, kind in enumerate(order):
+        print(f"run {i + 1}/{len(order)}: {kind}", flush=True)
+        run_pytest(a.pytest_args, folder / f"{kind}-{i:02d}.json", a.slowdown if kind == "slow" else 0.0)
+
+
+def load(folders: list[Path]) -> tuple[list[Run], list[Run]]:
+    base = [load_run(p) for f in folders for p in sorted(f.glob("base-*.json"))]
+    slow = [load_run(p) for f in folders for p in sorted(f.glob("slow-*.json"))]
+    return base, slow
+
+
+def evaluate(base: list[Run], slow: list[Run], k: int, rule: Rule, statistic: str, confidence: float,
+             splits: int) -> dict:
     r = np.random.default_rng(1)
     clean, fp_rates, sensitivity = 0, [], []
     false_alarms: Counter[str] = Counter()
     misses: Counter[str] = Counter()
-    for _ in range(a.splits):
+    for _ in range(splits):
         idx = r.permutation(len(base))
-        aa = compare([base[i] for i in idx[: a.runs]], [base[i] for i in idx[a.runs : 2 * a.runs]], rule)
-        flagged = aa.count("regression") + aa.count("improvement")
-        false_alarms.update(row.name for row in aa.rows if row.verdict in ("regression", "improvement"))
-        clean += flagged == 0
-        fp_rates.append(flagged / len(aa.rows))
-        ab = compare([base[i] for i in r.choice(len(base), a.runs, replace=False)], slow, rule)
+        aa = compare([base[i] for i in idx[:k]], [base[i] for i in idx[k : 2 * k]], rule,
+                     statistic=statistic, confidence=confidence)
+        flagged = [row.name for row in aa.rows if row.verdict in FLAGGED]
+        false_alarms.update(flagged)
+        clean += not flagged
+        fp_rates.append(len(flagged) / len(aa.rows))
+        ab = compare([base[i] for i in r.choice(len(base), k, replace=False)],
+                     [slow[i] for i in r.choice(len(slow), k, replace=False)], rule,
+                     statistic=statistic, confidence=confidence)
         sensitivity.append(ab.count("regression") / len(ab.rows))
         misses.update(row.name for row in ab.rows if row.verdict != "regression")
-    summary = {
-        "k": a.runs, "pool": a.pool, "splits": a.splits, "slowdown": a.slowdown, "margin_pct": a.margin,
-        "threshold_pct": a.threshold, "benchmarks": len(aa.rows), "pytest_args": args,
+    return {
+        "k": k, "statistic": statistic, "confidence": confidence, "benchmarks": len(aa.rows),
         "aa_comparisons_with_no_flag": clean, "aa_mean_flagged_share": float(np.mean(fp_rates)),
         "sensitivity_mean_flagged_share": float(np.mean(sensitivity)),
         "sensitivity_min_flagged_share": float(np.min(sensitivity)),
-        "most_false_alarms": false_alarms.most_common(10),
-        "most_missed": misses.most_common(10),
+        "most_false_alarms": false_alarms.most_common(10), "most_missed": misses.most_common(10),
     }
+
+
+def numbers(text: str, kind=float) -> list:
+    return [kind(v) for v in text.split(",") if v.strip()]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", default="7", help="K, runs per side in each comparison (comma list)")
+    p.add_argument("--pool", type=int, default=14, help="baseline runs to draw A/A splits from (>= 2K)")
+    p.add_argument("--slow", type=int, help="slowed runs (default: the largest K)")
+    p.add_argument("--splits", type=int, default=20)
+    p.add_argument("--slowdown", type=float, default=0.10)
+    p.add_argument("--margin", type=float, default=3.0)
+    p.add_argument("--threshold", type=float, default=5.0)
+    p.add_argument("--statistic", default=",".join(STATISTICS), help="per-run statistics to evaluate (comma list)")
+    p.add_argument("--confidence", default="95", help="interval confidences in percent (comma list)")
+    p.add_argument("--out", default="gate_quality.json")
+    p.add_argument("--keep", help="keep the runs' JSON files in this folder (default: a temporary one)")
+    p.add_argument("--from", dest="source", nargs="+", type=Path, help="analyse runs kept earlier; run nothing")
+    p.add_argument("pytest_args", nargs="*", default=["benchmarks/ops", "-m", "forward"])
+    a = p.parse_args()
+    ks = numbers(a.runs, int)
+    a.slow = a.slow or max(ks)
+    a.pytest_args = [*a.pytest_args, "--benchmark-max-time=0.1"]
+    rule = Rule(margin=a.margin / 100, threshold=a.threshold / 100)
+    with tempfile.TemporaryDirectory(prefix="opbench-gate-") as scratch:
+        folders = a.source or [Path(a.keep or scratch)]
+        if not a.source:
+            collect(a, folders[0])
+        base, slow = load(folders)
+    results = []
+    for k in ks:
+        if 2 * k > len(base) or k > len(slow):
+            print(f"K={k}: needs {2 * k} baseline and {k} slowed runs, have {len(base)} and {len(slow)}; skipped")
+            continue
+        for statistic in a.statistic.split(","):
+            for confidence in numbers(a.confidence):
+                res = evaluate(base, slow, k, rule, statistic, confidence / 100, a.splits)
+                results.append(res)
+                print(f"K={k:2d} {statistic:6s} {confidence:g}%: A/A no flag in {res['aa_comparisons_with_no_flag']:2d}"
+                      f" of {a.splits} (target 19), sensitivity {res['sensitivity_mean_flagged_share']:.1%} of "
+                      f"{res['benchmarks']} for a {a.slowdown:.0%} slowdown (target 90%)", flush=True)
+    summary = {"pool": len(base), "slowed": len(slow), "splits": a.splits, "slowdown": a.slowdown,
+               "margin_pct": a.margin, "threshold_pct": a.threshold, "results": results}
     Path(a.out).write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2))
-    print(f"\nA/A: no benchmark flagged in {clean} of {a.splits} comparisons (target: 19 of 20)")
-    print(f"sensitivity: {np.mean(sensitivity):.0%} of {len(ab.rows)} benchmarks flagged for a "
-          f"{a.slowdown:.0%} slowdown (target: 90%)")
+    print(f"details in {a.out}")
 
 
 if __name__ == "__main__":

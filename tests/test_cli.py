@@ -39,6 +39,23 @@ def test_compare_clean_exits_0_and_rules_override(tmp_path):
     assert cli.main(["compare", *map(str, base), "--", *map(str, cand), "--rule", "test_gemm[[]torch*=15:20"]) == 0
 
 
+def test_statistic_and_confidence_choose_what_is_compared(tmp_path, capsys):
+    """Slower median rounds with unchanged fastest rounds: a regression only by the median."""
+    def runs(side, medians):
+        return [write(tmp_path / f"{side}{i}.json", [bench("test_x", m, fastest=1e-3)]) for i, m in enumerate(medians)]
+
+    base, cand = runs("a", (1.1e-3, 1.11e-3, 1.09e-3)), runs("b", (1.4e-3, 1.41e-3, 1.39e-3))
+    files = [*map(str, base), "--", *map(str, cand)]
+    assert cli.main(["compare", *files]) == 0
+    assert "baseline (min)" in capsys.readouterr().out
+    assert cli.main(["compare", *files, "--statistic", "median", "--confidence", "99"]) == 1
+    out = capsys.readouterr().out
+    assert "baseline (median)" in out and "99% interval" in out and "REGRESSION" in out
+    for bad in (["--confidence", "100"], ["--confidence", "high"], ["--statistic", "mean"]):
+        code, _, err = run_cli("compare", *files, *bad)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+
+
 def test_missing_benchmark_fails_and_new_is_listed(tmp_path, capsys):
     base = write(tmp_path / "a.json", [bench("test_a", 1e-3), bench("test_b", 1e-3)])
     cand = write(tmp_path / "b.json", [bench("test_a", 1e-3), bench("test_c", 1e-3)])

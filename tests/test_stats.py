@@ -1,8 +1,41 @@
 """The gate's statistics on known inputs."""
 
+import itertools
+
+import numpy as np
 import pytest
 
-from opbench.stats import Ratio, Rule, ratio_of_medians, verdict
+from opbench.stats import Ratio, Rule, median_distribution, ratio_of_medians, verdict
+
+
+@pytest.mark.parametrize("values", [[3.0], [2.0, 1.0], [1.0, 5.0, 2.0], [4.0, 1.0, 3.0, 2.0], [5, 1, 4, 2, 3],
+                                    [1.0, 1.0, 2.0, 2.0, 3.0, 9.0]])
+def test_median_distribution_matches_every_resample(values):
+    k = len(values)
+    brute: dict[float, float] = {}
+    for draw in itertools.product(values, repeat=k):
+        m = float(np.median(draw))
+        brute[m] = brute.get(m, 0.0) + 1 / k**k
+    medians, probs = median_distribution(values)
+    exact: dict[float, float] = {}
+    for m, p in zip(medians, probs, strict=True):
+        exact[float(m)] = exact.get(float(m), 0.0) + float(p)
+    assert sum(probs) == pytest.approx(1.0, abs=1e-12)
+    assert {m: pytest.approx(p, abs=1e-12) for m, p in brute.items()} == {m: p for m, p in exact.items() if p > 1e-15}
+
+
+def test_far_tails_are_the_extreme_run_ratios():
+    base, cand = [1.0, 1.1, 0.9], [2.0, 2.4, 1.8]
+    r = ratio_of_medians(base, cand, confidence=1 - 1e-9)
+    assert (r.low, r.high) == (pytest.approx(1.8 / 1.1), pytest.approx(2.4 / 0.9))
+
+
+def test_higher_confidence_widens_the_interval():
+    base, cand = [1.0, 1.03, 0.98, 1.01, 0.97], [1.1, 1.12, 1.07, 1.15, 1.09]
+    narrow, wide = ratio_of_medians(base, cand, 0.9), ratio_of_medians(base, cand, 0.999)
+    assert wide.low <= narrow.low <= narrow.ratio <= narrow.high <= wide.high
+    with pytest.raises(ValueError):
+        ratio_of_medians(base, cand, confidence=1.0)
 
 
 def test_identical_sides_give_one_with_a_tight_interval():

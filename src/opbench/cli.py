@@ -11,7 +11,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from opbench.compare import STATISTICS
 from opbench.results import DEFAULT_STORAGE, ResultsError, resolve
+from opbench.stats import CONFIDENCE
 
 USAGE_ERROR = 2
 
@@ -51,7 +53,7 @@ def _compare_and_print(baseline, candidate, args) -> int:
     from opbench.compare import compare, format_text
 
     default, rules = _rules(args)
-    result = compare(baseline, candidate, default, rules)
+    result = compare(baseline, candidate, default, rules, args.statistic, args.confidence / 100)
     print(format_text(result, markdown=getattr(args, "markdown", False)))
     return 1 if result.failed else 0
 
@@ -77,7 +79,21 @@ def _gate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=5.0, help="percent the ratio must clear (default 5)")
     p.add_argument("--rule", action="append", default=[], metavar="GLOB=MARGIN:THRESHOLD",
                    help="per-benchmark override by test name, e.g. 'test_conv2d*=5:10' (repeatable)")
+    p.add_argument("--statistic", choices=STATISTICS, default=STATISTICS[0],
+                   help="each run's time per benchmark: its fastest or its median round (default %(default)s)")
+    p.add_argument("--confidence", type=_percent, default=100 * CONFIDENCE,
+                   help="confidence of the intervals in percent (default %(default)g)")
     p.add_argument("--markdown", action="store_true", help="Markdown output for CI summaries")
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 50 <= value < 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 50 up to (not including) 100, got {text!r}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:

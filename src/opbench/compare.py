@@ -1,7 +1,10 @@
 """The noise-aware comparison of two sets of runs, for gating framework upgrades.
 
 For every benchmark: the ratio of medians candidate / baseline with a bootstrap interval over
-runs, and a verdict. Benchmarks missing from the candidate fail the gate (a framework whose
+runs, and a verdict. Each run contributes one time per benchmark, its fastest round by default
+(`min`; interference only ever adds time, so the minimum moves least between processes: measured
+by benchmarks/gate_quality.py) or its median round; the medians of those per-run times are
+compared. Benchmarks missing from the candidate fail the gate (a framework whose
 import broke skips all its benchmarks); new ones are listed. The environment difference comes
 first, and runs from different machines draw a loud warning.
 """
@@ -9,12 +12,11 @@ first, and runs from different machines draw a loud warning.
 from __future__ import annotations
 
 import fnmatch
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from opbench.results import ResultsError, Run
-from opbench.stats import Ratio, Rule, ratio_of_medians, verdict
+from opbench.stats import CONFIDENCE, Ratio, Rule, ratio_of_medians, verdict
 
 # machine_info keys that identify the machine rather than the software
 MACHINE_KEYS = ("node", "machine", "opbench.cpu_model", "opbench.cores", "cpu.brand_raw")
@@ -59,6 +61,8 @@ class Comparison:
     new: list[str]
     env: list[tuple[str, str, str]]
     warnings: list[str] = field(default_factory=list)
+    statistic: str = "min"
+    confidence: float = CONFIDENCE
 
     @property
     def failed(self) -> bool:
@@ -87,8 +91,16 @@ def rule_for(name: str, rules: list[tuple[str, Rule]], default: Rule) -> Rule:
     return default
 
 
+STATISTICS = ("min", "median")  # the per-run time a comparison uses, default first
+
+
 def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = None,
-            rules: list[tuple[str, Rule]] | None = None) -> Comparison:
+            rules: list[tuple[str, Rule]] | None = None, statistic: str = STATISTICS[0],
+            confidence: float = CONFIDENCE) -> Comparison:
+    """Compare every benchmark the two sides share, from each run's `statistic` ('min' or
+    'median' of its rounds), with intervals at `confidence`."""
+    if statistic not in STATISTICS:
+        raise ResultsError(f"unknown statistic {statistic!r}: choose one of {', '.join(STATISTICS)}")
     default, rules = default or Rule(), rules or []
     base_names = set().union(*(r.benchmarks for r in baseline))
     cand_names = set().union(*(r.benchmarks for r in candidate))
@@ -97,15 +109,15 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
         raise ResultsError("the baseline and candidate runs have no benchmark in common")
     rows = []
     for full in common:
-        base = [r.benchmarks[full].median for r in baseline if full in r.benchmarks]
-        cand = [r.benchmarks[full].median for r in candidate if full in r.benchmarks]
-        ratio = ratio_of_medians(base, cand, seed=zlib.crc32(full.encode()))
+        base = [getattr(r.benchmarks[full], statistic) for r in baseline if full in r.benchmarks]
+        cand = [getattr(r.benchmarks[full], statistic) for r in candidate if full in r.benchmarks]
+        ratio = ratio_of_medians(base, cand, confidence)
         bench = next(r.benchmarks[full] for r in candidate if full in r.benchmarks)
         rule = rule_for(bench.name, rules, default)
         rows.append(Row(full, bench.name, bench.group, ratio, verdict(ratio, rule), sorted(base)[len(base) // 2],
                         sorted(cand)[len(cand) // 2]))
     result = Comparison(rows, sorted(base_names - cand_names), sorted(cand_names - base_names),
-                        environment_diff(baseline, candidate))
+                        environment_diff(baseline, candidate), statistic=statistic, confidence=confidence)
     changed_machine = [k for k, _, _ in result.env if k in MACHINE_KEYS]
     if changed_machine:
         result.warnings.append(
@@ -146,7 +158,8 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
         lines.append("environment: identical machine_info on both sides")
     lines += c.warnings
     lines.append("")
-    header = ("benchmark", "baseline", "candidate", "ratio", "95% interval", "verdict")
+    header = ("benchmark", f"baseline ({c.statistic})", f"candidate ({c.statistic})", "ratio",
+              f"{100 * c.confidence:g}% interval", "verdict")
     body = [
         (_short(r.name), fmt_time(r.baseline_median), fmt_time(r.candidate_median), f"{r.ratio.ratio:.3f}",
          f"[{r.ratio.low:.3f}, {r.ratio.high:.3f}]", r.verdict.upper() if r.verdict == "regression" else r.verdict)

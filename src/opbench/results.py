@@ -29,6 +29,7 @@ class Bench:
     group: str
     median: float
     iqr: float
+    min: float
     rounds: int
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -57,7 +58,8 @@ def _bench(raw: dict, path: Path) -> Bench:
         stats = raw["stats"]
         return Bench(
             fullname=raw["fullname"], name=raw["name"], group=raw.get("group") or raw["name"],
-            median=float(stats["median"]), iqr=float(stats["iqr"]), rounds=int(stats["rounds"]),
+            median=float(stats["median"]), iqr=float(stats["iqr"]), min=float(stats["min"]),
+            rounds=int(stats["rounds"]),
             extra=dict(raw.get("extra_info") or {}),
         )
     except (KeyError, TypeError, ValueError) as exc:
