@@ -115,6 +115,7 @@ def test_header_and_saved_result(suite):
     assert "hz_actual" not in info["cpu"] and "hz_advertised" not in info["cpu"]
     assert info["opbench"]["frameworks"]["numpy"]["version"]
     assert info["opbench"]["threads"] >= 1
+    assert info["opbench"]["malloc"].split()[0] in ("steady", "default")  # default where there is no glibc
 
 
 def test_compare_shows_side_by_side_and_verdicts(suite):

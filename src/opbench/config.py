@@ -13,6 +13,7 @@ FRAMEWORKS = ("numpy", "torch", "tensorflow", "mxnet")
 DEVICES = ("cpu", "gpu")
 DTYPES = ("float32", "float16", "bfloat16")
 PROFILES = ("quick", "full")
+MALLOC_MODES = ("steady", "default")
 # The execution modes of each framework; known without importing any of them.
 FRAMEWORK_MODES = {
     "numpy": ("eager",),
@@ -104,6 +105,8 @@ OPTIONS = (
     Option("peak_gflops", "measure", "roofline ceiling in GFLOP/s ('measure': NumPy fp32 GEMM at session start)"),
     Option("roofline_slack", "3.0", "a result above peak x slack fails as implausible"),
     Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
+    Option("malloc", "steady", "CPU allocator: steady (freed memory stays in the heap: no page faults per call) "
+           "or default (glibc's own thresholds)"),
 )
 
 
@@ -120,6 +123,7 @@ class Settings:
     peak_gflops: float | None = None
     roofline_slack: float = 3.0
     data_dir: str = ""
+    malloc: str = "steady"
 
     def framework_modes(self, framework: str) -> tuple[str, ...]:
         """The selected modes that `framework` has."""
@@ -146,4 +150,5 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         peak_gflops=None if peak == "measure" else parse_positive(peak, "--peak-gflops"),
         roofline_slack=parse_positive(values["roofline_slack"], "--roofline-slack"),
         data_dir=values["data_dir"],
+        malloc=parse_one(values["malloc"], MALLOC_MODES, "malloc"),
     )

@@ -40,7 +40,7 @@ def frameworks(names: tuple[str, ...]) -> dict[str, Any]:
     return facts
 
 
-def update_machine_info(machine_info: dict, settings: Settings, threads: int) -> None:
+def update_machine_info(machine_info: dict, settings: Settings, threads: int, malloc: str = "default") -> None:
     """Add opbench's fingerprint to pytest-benchmark's machine_info, in place. Only what is the
     same on every run of an unchanged machine goes here (the measured peak goes in extra_info):
     pytest-benchmark warns whenever machine_info differs."""
@@ -55,4 +55,5 @@ def update_machine_info(machine_info: dict, settings: Settings, threads: int) ->
         "cores": os.cpu_count(),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "profile": settings.profile,
+        "malloc": malloc,
     }

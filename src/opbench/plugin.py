@@ -28,6 +28,7 @@ class State:
 
     settings: Settings
     peaks: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    malloc: str = "default"
 
     @property
     def threads(self) -> int:
@@ -96,7 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = cfg.resolve(raw)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[STATE] = State(settings)
+    from opbench import allocator
+
+    config.stash[STATE] = State(settings, malloc=allocator.apply(settings.malloc))
     _warmup_on_by_default(config)
 
 
@@ -222,7 +225,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     s = state.settings
     lines = [
         f"opbench: profile={s.profile} devices={','.join(s.devices)} dtypes={','.join(s.dtypes)} "
-        f"threads={state.threads} modes={','.join(s.modes)}"
+        f"threads={state.threads} modes={','.join(s.modes)} malloc={state.malloc.split()[0]}"
     ]
     for name in s.frameworks:
         lines.append("  " + framework_line(name, s, state.threads))
@@ -267,4 +270,4 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
     state = config.stash.get(STATE, None)
     if state is not None:
-        update_machine_info(machine_info, state.settings, state.threads)
+        update_machine_info(machine_info, state.settings, state.threads, state.malloc)
