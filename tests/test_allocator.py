@@ -27,6 +27,8 @@ big = np.ones(16 * 2**20)  # 128 MiB: mmap'd by glibc's defaults
 print(libc.mallinfo2().hblkhd - before)
 del big
 print(libc.mallinfo2().arena)
+allocator.release()
+print(libc.mallinfo2().arena)
 """
 
 
@@ -42,10 +44,11 @@ def _has_mallinfo2() -> bool:
 @pytest.mark.parametrize("mode", ["steady", "default"])
 def test_steady_keeps_big_blocks_in_the_heap(mode):
     out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True).stdout
-    described, mmapped, heap_after_free = out.split()[0], int(out.split()[-2]), int(out.split()[-1])
+    described, mmapped, heap_after_free, heap_after_release = out.split()[0], *map(int, out.split()[-3:])
     assert described == mode
     if mode == "steady":
         assert mmapped == 0 and heap_after_free >= 128 * 2**20  # freed, but kept for the next call
+        assert heap_after_release < 128 * 2**20  # until release() hands it back before an RSS measurement
     else:
         assert mmapped >= 128 * 2**20 and heap_after_free < 128 * 2**20  # handed back to the kernel
 
@@ -53,7 +56,7 @@ def test_steady_keeps_big_blocks_in_the_heap(mode):
 def test_the_setting_is_validated():
     from opbench.config import ConfigError, resolve
 
-    assert resolve({}).malloc == "steady"
-    assert resolve({"malloc": "default"}).malloc == "default"
+    assert resolve({}).malloc == "default"
+    assert resolve({"malloc": "steady"}).malloc == "steady"
     with pytest.raises(ConfigError, match="malloc"):
         resolve({"malloc": "jemalloc"})

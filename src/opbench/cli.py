@@ -14,6 +14,7 @@ from pathlib import Path
 from opbench.compare import STATISTICS
 from opbench.results import DEFAULT_STORAGE, ResultsError, resolve
 from opbench.stats import CONFIDENCE
+from opbench.upgrade import DEFAULT_RUNS
 
 USAGE_ERROR = 2
 
@@ -119,7 +120,8 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("upgrade-check", help="run the benchmarks in two environments and compare", parents=[common])
     up.add_argument("--baseline", nargs="*", default=[], metavar="REQ", help="requirements of the baseline side")
     up.add_argument("--candidate", nargs="+", required=True, metavar="REQ", help="requirements of the candidate")
-    up.add_argument("--runs", "-k", type=int, default=3, help="runs per side, alternating A B B A (default 3)")
+    up.add_argument("--runs", "-k", type=int, default=DEFAULT_RUNS,
+                    help="runs per side, alternating A B B A (default %(default)s)")
     up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
     up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
     _gate_options(up)

@@ -105,8 +105,8 @@ OPTIONS = (
     Option("peak_gflops", "measure", "roofline ceiling in GFLOP/s ('measure': NumPy fp32 GEMM at session start)"),
     Option("roofline_slack", "3.0", "a result above peak x slack fails as implausible"),
     Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
-    Option("malloc", "steady", "CPU allocator: steady (freed memory stays in the heap: no page faults per call) "
-           "or default (glibc's own thresholds)"),
+    Option("malloc", "default", "CPU allocator: default (glibc's own thresholds) or steady (freed memory stays in "
+           "the heap: no page faults per call)"),
 )
 
 
@@ -123,7 +123,7 @@ class Settings:
     peak_gflops: float | None = None
     roofline_slack: float = 3.0
     data_dir: str = ""
-    malloc: str = "steady"
+    malloc: str = "default"
 
     def framework_modes(self, framework: str) -> tuple[str, ...]:
         """The selected modes that `framework` has."""

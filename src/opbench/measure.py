@@ -209,6 +209,10 @@ def measure(benchmark, bound) -> None:
     )
     if injected:
         benchmark.extra_info["injected_slowdown"] = injected
+    if case.kind == "model":  # peak_rss_bytes: count this model's memory, not what earlier ones freed
+        from opbench.allocator import release
+
+        release()
     with PeakRSS() as rss:
         benchmark(prepared.call)
     timing = timing_of(benchmark)

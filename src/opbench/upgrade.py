@@ -16,6 +16,9 @@ from pathlib import Path
 
 from opbench.results import ResultsError
 
+# runs per side: the K at which benchmarks/gate_quality.py measured the gate's quality (README)
+DEFAULT_RUNS = 7
+
 
 def abba(k: int) -> list[str]:
     """The order of K runs per side: A B B A A B B A ... (drifts cancel between the sides)."""
