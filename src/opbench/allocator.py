@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 
 # mallopt parameters from glibc's malloc.h
 M_TRIM_THRESHOLD = -1
@@ -21,15 +22,21 @@ M_MMAP_MAX = -4
 NEVER_TRIM = 2**31 - 1  # mallopt takes an int: the largest trim threshold it accepts
 
 
+@functools.cache
+def _libc(function: str):
+    """A function of the C library, or None where this C library has no such function."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), function)
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
 def steady() -> str:
     """Keep freed memory in the heap (glibc: no mmap'd blocks, no trimming). Returns what was
     done, for machine_info; where there is no glibc it says so and changes nothing."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
-        return f"default (no glibc mallopt in {name or 'this C library'})"
+    mallopt = _libc("mallopt")
+    if mallopt is None:
+        return "default (no glibc mallopt in this C library)"
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     if mallopt(M_MMAP_MAX, 0) != 1 or mallopt(M_TRIM_THRESHOLD, NEVER_TRIM) != 1:
         return "default (mallopt refused the steady settings)"
@@ -40,9 +47,8 @@ def release() -> bool:
     """Hand the heap's free memory back to the kernel (glibc malloc_trim), so that a resident-set
     measurement that follows counts live memory, not what earlier benchmarks freed and the steady
     allocator kept. False where there is no malloc_trim."""
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
+    trim = _libc("malloc_trim")
+    if trim is None:
         return False
     trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
     trim(0)

@@ -18,6 +18,8 @@ from typing import Any
 from opbench.results import ResultsError, Run
 from opbench.stats import CONFIDENCE, Ratio, Rule, ratio_of_medians, verdict
 
+STATISTICS = ("min", "median")  # the per-run time a comparison uses, default first
+
 # machine_info keys that identify the machine rather than the software
 MACHINE_KEYS = ("node", "machine", "opbench.cpu_model", "opbench.cores", "cpu.brand_raw")
 
@@ -61,7 +63,7 @@ class Comparison:
     new: list[str]
     env: list[tuple[str, str, str]]
     warnings: list[str] = field(default_factory=list)
-    statistic: str = "min"
+    statistic: str = STATISTICS[0]
     confidence: float = CONFIDENCE
 
     @property
@@ -89,9 +91,6 @@ def rule_for(name: str, rules: list[tuple[str, Rule]], default: Rule) -> Rule:
         if fnmatch.fnmatchcase(name, pattern):
             return rule
     return default
-
-
-STATISTICS = ("min", "median")  # the per-run time a comparison uses, default first
 
 
 def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = None,
