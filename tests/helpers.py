@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
+
+_RUN_NUMBER = itertools.count()  # every document a distinct run, as real runs are (their datetime differs)
 
 
 def bench(name: str, median: float, group: str = "gemm-forward[cpu-float32-64x64x64]", framework="torch",
@@ -20,7 +23,8 @@ def document(benches: list[dict], node: str = "vm", torch_version: str = "2.13.0
     return {
         "machine_info": {"node": node, "machine": "x86_64",
                          "opbench": {"frameworks": {"torch": {"version": torch_version}}, "cpu_model": "cpu"}},
-        "commit_info": {}, "datetime": "2026-11-22T00:00:00", "version": "5.3.1", "benchmarks": benches,
+        "commit_info": {},
+        "datetime": f"2026-11-22T00:00:00.{next(_RUN_NUMBER):06d}", "version": "5.3.1", "benchmarks": benches,
     }
 
 

@@ -7,6 +7,8 @@ stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -32,9 +34,33 @@ def _rules(args) -> tuple:
     return default, [parse_rule(r) for r in args.rule]
 
 
+def writable_folder(path: Path, option: str) -> None:
+    """Check up front, before any long work, that `path` is (or can become) a writable folder."""
+    if path.exists() and not path.is_dir():
+        raise ResultsError(f"{option} {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        raise ResultsError(f"{option} {path}: cannot write there ({exc.strerror or exc})") from None
+
+
+def writable_file(path: Path, option: str) -> None:
+    """Check up front that a file can be written at `path` (its folder writable, itself not a folder)."""
+    if path.is_dir():
+        raise ResultsError(f"{option} {path}: is a folder, not a file")
+    writable_folder(path.parent, option)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ResultsError(f"{option} {path}: the file is not writable")
+
+
 def cmd_report(args) -> int:
     from opbench import report
 
+    if args.html:
+        writable_file(Path(args.html), "--html")
+    if args.plots:
+        writable_folder(Path(args.plots), "--plots")
     runs = resolve(args.runs, args.storage)
     text = report.format_text(runs, markdown=args.markdown)
     print(text)
@@ -70,14 +96,16 @@ def cmd_upgrade_check(args) -> int:
     from opbench.results import load_run
 
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="opbench-upgrade-"))
+    writable_folder(workdir, "--workdir")
     base_files, cand_files = upgrade.run_gate(args.baseline, args.candidate, args.pytest_args, args.runs, workdir)
-    print(f"results in {workdir}")
+    print(f"results in {base_files[0].parent}")
     return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
 
 
 def _gate_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--margin", type=float, default=3.0, help="percent the whole interval must clear (default 3)")
-    p.add_argument("--threshold", type=float, default=5.0, help="percent the ratio must clear (default 5)")
+    p.add_argument("--margin", type=_non_negative, default=3.0,
+                   help="percent the whole interval must clear (default 3)")
+    p.add_argument("--threshold", type=_non_negative, default=5.0, help="percent the ratio must clear (default 5)")
     p.add_argument("--rule", action="append", default=[], metavar="GLOB=MARGIN:THRESHOLD",
                    help="per-benchmark override by test name, e.g. 'test_conv2d*=5:10' (repeatable)")
     p.add_argument("--statistic", choices=STATISTICS, default=STATISTICS[0],
@@ -87,13 +115,37 @@ def _gate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", action="store_true", help="Markdown output for CI summaries")
 
 
-def _percent(text: str) -> float:
+def _number(text: str) -> float:
     try:
         value = float(text.rstrip("%"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
-    if not 50 <= value < 100:
-        raise argparse.ArgumentTypeError(f"expected a percentage from 50 up to (not including) 100, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a percentage of 0 or more, got {text!r}")
+    return value
+
+
+def _percent(text: str) -> float:
+    value = _number(text)
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage between 0 and 100 (both excluded), got {text!r}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {text!r}")
     return value
 
 
@@ -120,7 +172,7 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("upgrade-check", help="run the benchmarks in two environments and compare", parents=[common])
     up.add_argument("--baseline", nargs="*", default=[], metavar="REQ", help="requirements of the baseline side")
     up.add_argument("--candidate", nargs="+", required=True, metavar="REQ", help="requirements of the candidate")
-    up.add_argument("--runs", "-k", type=int, default=DEFAULT_RUNS,
+    up.add_argument("--runs", "-k", type=_at_least_one, default=DEFAULT_RUNS,
                     help="runs per side, alternating A B B A (default %(default)s)")
     up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
     up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
@@ -130,8 +182,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _split_compare(argv: list[str]) -> list[str]:
-    """`compare A B -- C D` -> `compare A B --candidate C D` (argparse cannot take two lists)."""
-    if argv and "compare" in argv and "--" in argv:
+    """`compare A B -- C D` -> `compare A B --candidate C D` (argparse cannot take two lists). Only
+    for the compare command: elsewhere '--' starts pytest's arguments, which may say 'compare'."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command == "compare" and "--" in argv:
         i = argv.index("--")
         return [*argv[:i], "--candidate", *argv[i + 1 :]]
     return argv

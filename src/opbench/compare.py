@@ -12,6 +12,7 @@ first, and runs from different machines draw a loud warning.
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +39,13 @@ def flatten(info: Any, prefix: str = "") -> dict[str, str]:
     return {prefix[:-1]: str(info)}
 
 
+RUN_STATUS_PREFIX = "opbench.run."  # how a run ended: not part of its environment
+
+
 def environment_diff(baseline: list[Run], candidate: list[Run]) -> list[tuple[str, str, str]]:
     """(key, baseline value, candidate value) for every machine_info leaf that differs."""
     a, b = flatten(baseline[0].machine_info), flatten(candidate[0].machine_info)
-    keys = sorted(set(a) | set(b))
+    keys = sorted(k for k in set(a) | set(b) if not k.startswith(RUN_STATUS_PREFIX))
     return [(k, a.get(k, "-"), b.get(k, "-")) for k in keys if a.get(k) != b.get(k)]
 
 
@@ -75,7 +79,7 @@ class Comparison:
 
 
 def parse_rule(text: str) -> tuple[str, Rule]:
-    """'GLOB=MARGIN:THRESHOLD' in percent, e.g. 'test_conv2d*=5:10'."""
+    """'GLOB=MARGIN:THRESHOLD' in percent, e.g. 'test_conv2d*=5:10'; both finite and non-negative."""
     try:
         pattern, numbers = text.split("=", 1)
         margin, threshold = (float(v.rstrip("%")) / 100 for v in numbers.split(":"))
@@ -83,7 +87,25 @@ def parse_rule(text: str) -> tuple[str, Rule]:
         raise ResultsError(
             f"bad --rule {text!r}: expected GLOB=MARGIN:THRESHOLD in percent, e.g. 'test_conv2d*=5:10'"
         ) from None
+    if not all(math.isfinite(v) and v >= 0 for v in (margin, threshold)):
+        raise ResultsError(f"bad --rule {text!r}: the margin and threshold must be finite and not negative")
     return pattern, Rule(margin=margin, threshold=threshold)
+
+
+def check_runs(side: str, runs: list[Run]) -> list[str]:
+    """Refuse what a gate must not decide on: the same run twice on a side (it would count as two
+    independent runs and shrink the interval), and interrupted runs (their timings are partial).
+    Returns warnings for runs in which some benchmark failed."""
+    seen: dict[str, Run] = {}
+    for run in runs:
+        if run.digest and run.digest in seen:
+            raise ResultsError(f"the {side} lists the same run twice ({seen[run.digest].path} and {run.path}): "
+                               "each run must be a distinct measurement")
+        seen[run.digest] = run
+        if run.interrupted:
+            raise ResultsError(f"{run.path}: the run was interrupted, its timings are incomplete; run it again")
+    return [f"note: {run.path} is from a run in which {len(run.status.get('failed', []))} test(s) failed: "
+            "those benchmarks have no timing" for run in runs if run.status.get("status") == "failed"]
 
 
 def rule_for(name: str, rules: list[tuple[str, Rule]], default: Rule) -> Rule:
@@ -101,6 +123,7 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
     if statistic not in STATISTICS:
         raise ResultsError(f"unknown statistic {statistic!r}: choose one of {', '.join(STATISTICS)}")
     default, rules = default or Rule(), rules or []
+    run_notes = check_runs("baseline", baseline) + check_runs("candidate", candidate)
     base_names = set().union(*(r.benchmarks for r in baseline))
     cand_names = set().union(*(r.benchmarks for r in candidate))
     common = sorted(base_names & cand_names)
@@ -117,6 +140,7 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
                         sorted(cand)[len(cand) // 2]))
     result = Comparison(rows, sorted(base_names - cand_names), sorted(cand_names - base_names),
                         environment_diff(baseline, candidate), statistic=statistic, confidence=confidence)
+    result.warnings += run_notes
     changed_machine = [k for k, _, _ in result.env if k in MACHINE_KEYS]
     if changed_machine:
         result.warnings.append(

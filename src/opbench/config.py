@@ -6,6 +6,7 @@ profile is one usage error that lists the valid names.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -57,25 +58,41 @@ def parse_one(value: str, valid: tuple[str, ...], what: str) -> str:
     return names[0]
 
 
-def parse_threads(value: str) -> tuple[int, ...]:
-    """A thread count, or a comma list of counts for a sweep."""
+THREADS_PER_CORE_LIMIT = 4  # more threads than this many per core is a typo, not a setting
+
+
+def parse_threads(value: str, what: str = "--threads") -> tuple[int, ...]:
+    """A thread count, or a comma list of counts for a sweep: each at least 1 and at most
+    THREADS_PER_CORE_LIMIT x the cores (more than the cores draws a warning: oversubscribed)."""
     try:
         counts = tuple(int(v) for v in value.split(","))
     except ValueError:
-        raise ConfigError(f"--threads takes whole numbers, got {value!r}") from None
-    if not counts or any(c < 1 for c in counts):
-        raise ConfigError(f"--threads takes counts of at least 1, got {value!r}")
+        raise ConfigError(f"{what} takes whole numbers, got {value!r}") from None
+    cores = default_threads()
+    if not counts or any(not 1 <= c <= THREADS_PER_CORE_LIMIT * cores for c in counts):
+        raise ConfigError(f"{what} takes counts from 1 to {THREADS_PER_CORE_LIMIT * cores} "
+                          f"({THREADS_PER_CORE_LIMIT} x the {cores} cores), got {value!r}")
+    if max(counts) > cores:
+        import warnings
+
+        warnings.warn(f"{what}={value}: more threads than the {cores} cores this process may use; "
+                      "timings will include oversubscription", stacklevel=2)
     return counts
 
 
-def parse_positive(value: str, what: str) -> float:
+def parse_number(value: str, what: str, above: float = 0.0) -> float:
+    """A finite number greater than `above` (NaN, infinities and out-of-range values refused)."""
     try:
         number = float(value)
     except ValueError:
         raise ConfigError(f"{what} takes a number, got {value!r}") from None
-    if number <= 0:
-        raise ConfigError(f"{what} must be positive, got {value!r}")
+    if not math.isfinite(number) or number <= above:
+        raise ConfigError(f"{what} must be a finite number greater than {above:g}, got {value!r}")
     return number
+
+
+def parse_positive(value: str, what: str) -> float:
+    return parse_number(value, what, 0.0)
 
 
 @dataclass(frozen=True)
@@ -133,22 +150,27 @@ class Settings:
 def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -> Settings:
     """Build Settings from option values (None = not given), falling back to OPBENCH_* and defaults."""
     environ = os.environ if environ is None else environ
-    values = {}
+    values, sources = {}, {}
     for opt in OPTIONS:
         given = raw.get(opt.name)
-        values[opt.name] = given if given is not None else environ.get(opt.env, opt.default)
+        if given is not None:
+            values[opt.name], sources[opt.name] = given, opt.flag
+        elif opt.env in environ:
+            values[opt.name], sources[opt.name] = environ[opt.env], f"{opt.flag} (from {opt.env})"
+        else:
+            values[opt.name], sources[opt.name] = opt.default, opt.flag
     peak = values["peak_gflops"]
     if values["data_dir"] and not os.path.isdir(values["data_dir"]):
-        raise ConfigError(f"--data-dir {values['data_dir']!r} is not a folder")
+        raise ConfigError(f"{sources['data_dir']} {values['data_dir']!r} is not a folder")
     return Settings(
         frameworks=parse_names(values["framework"], FRAMEWORKS, "framework"),
         devices=parse_names(values["device"], DEVICES, "device"),
         modes=parse_names(values["mode"], MODES, "mode"),
-        threads=parse_threads(values["threads"]),
+        threads=parse_threads(values["threads"], sources["threads"]),
         dtypes=parse_names(values["dtype"], DTYPES, "dtype"),
         profile=parse_one(values["profile"], PROFILES, "profile"),
-        peak_gflops=None if peak == "measure" else parse_positive(peak, "--peak-gflops"),
-        roofline_slack=parse_positive(values["roofline_slack"], "--roofline-slack"),
+        peak_gflops=None if peak == "measure" else parse_positive(peak, sources["peak_gflops"]),
+        roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1.0),
         data_dir=values["data_dir"],
         malloc=parse_one(values["malloc"], MALLOC_MODES, "malloc"),
     )

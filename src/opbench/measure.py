@@ -209,6 +209,15 @@ def measure(benchmark, bound) -> None:
     )
     if injected:
         benchmark.extra_info["injected_slowdown"] = injected
+    try:
+        _time_and_check(benchmark, case, prepared, state)
+    except BaseException:
+        # a failed check, an error or an interrupt while timing: nothing implausible or partial is saved
+        benchmark.has_error = True
+        raise
+
+
+def _time_and_check(benchmark, case, prepared, state) -> None:
     if case.kind == "model":  # peak_rss_bytes: count this model's memory, not what earlier ones freed
         from opbench.allocator import release
 

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from opbench.report import SWEEP
-from opbench.results import Bench, Run
+from opbench.results import Bench, Run, replace_atomic
 
 GROUP = re.compile(r"^(?P<op>[^\[]+)\[(?P<where>[^-\]]+-[^-\]]+)-(?P<size>.+)\]$")
 
@@ -27,8 +27,10 @@ def _benches(runs: list[Run]) -> list[Bench]:
 def _save(fig, folder: Path, name: str) -> Path:
     path = folder / name
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        replace_atomic(path, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
+    finally:
+        plt.close(fig)
     return path
 
 

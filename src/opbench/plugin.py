@@ -23,12 +23,33 @@ DIRECTIONS = ("forward", "backward", "inference", "training")
 
 
 @dataclass
+class RunStatus:
+    """How the session is ending, saved with its results (machine_info['opbench']['run']) so that
+    compare refuses an interrupted run and flags one in which benchmarks failed."""
+
+    failed: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.failed.append(report.nodeid)
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        self.interrupted = True
+
+    def as_dict(self) -> dict:
+        status = "interrupted" if self.interrupted else "failed" if self.failed else "complete"
+        return {"status": status, "failed": list(self.failed)}
+
+
+@dataclass
 class State:
     """What one pytest session knows: its settings and the roofline peaks it measured."""
 
     settings: Settings
     peaks: dict[tuple[str, str], float | None] = field(default_factory=dict)
     malloc: str = "default"
+    run: RunStatus = field(default_factory=RunStatus)
 
     @property
     def threads(self) -> int:
@@ -99,8 +120,28 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     from opbench import allocator
 
-    config.stash[STATE] = State(settings, malloc=allocator.apply(settings.malloc))
+    _check_json_target(config)
+    state = State(settings, malloc=allocator.apply(settings.malloc))
+    config.stash[STATE] = state
+    config.pluginmanager.register(state.run, "opbench-run-status")
     _warmup_on_by_default(config)
+
+
+def _check_json_target(config: pytest.Config) -> None:
+    """--benchmark-json is written at the very end: refuse a folder or an unwritable place now,
+    before anything is measured, rather than lose the whole run then."""
+    import os
+    from pathlib import Path
+
+    target = getattr(config.option, "benchmark_json", None)
+    if not target:
+        return
+    target = Path(target)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise pytest.UsageError(f"--benchmark-json {target}: is a folder, not a file")
+    if not folder.is_dir() or not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise pytest.UsageError(f"--benchmark-json {target}: cannot write there")
 
 
 def _warmup_on_by_default(config: pytest.Config) -> None:
@@ -271,3 +312,4 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     state = config.stash.get(STATE, None)
     if state is not None:
         update_machine_info(machine_info, state.settings, state.threads, state.malloc)
+        machine_info["opbench"]["run"] = state.run.as_dict()

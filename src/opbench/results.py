@@ -6,7 +6,9 @@ an empty storage folder or an unknown id is one ResultsError with one line to sh
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -47,16 +49,27 @@ class Run:
     machine_info: dict[str, Any]
     datetime: str
     benchmarks: dict[str, Bench]
+    digest: str = ""  # identifies the run's content: the same run copied or listed twice has the same digest
 
     @property
     def label(self) -> str:
         return self.path.stem
 
+    @property
+    def status(self) -> dict[str, Any]:
+        """How the run ended, as opbench's plugin recorded it: {"status": "complete" | "failed" |
+        "interrupted", "failed": [test ids]}; {} for runs saved without opbench's plugin."""
+        return dict((self.machine_info.get("opbench") or {}).get("run") or {})
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status.get("status") == "interrupted"
+
 
 def _bench(raw: dict, path: Path) -> Bench:
     try:
         stats = raw["stats"]
-        return Bench(
+        bench = Bench(
             fullname=raw["fullname"], name=raw["name"], group=raw.get("group") or raw["name"],
             median=float(stats["median"]), iqr=float(stats["iqr"]), min=float(stats["min"]),
             rounds=int(stats["rounds"]),
@@ -64,6 +77,22 @@ def _bench(raw: dict, path: Path) -> Bench:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultsError(f"{path}: a benchmark lacks its statistics ({type(exc).__name__}: {exc})") from None
+    for what in ("median", "min"):
+        value = getattr(bench, what)
+        if not (math.isfinite(value) and value > 0):
+            raise ResultsError(f"{path}: {bench.name} has a {what} time of {value!r}: every time must be finite "
+                               "and positive (a corrupt or hand-edited file?)")
+    if not (math.isfinite(bench.iqr) and bench.iqr >= 0) or bench.rounds < 1:
+        raise ResultsError(f"{path}: {bench.name} has an impossible IQR ({bench.iqr!r}) "
+                           f"or round count ({bench.rounds})")
+    return bench
+
+
+def _digest(doc: dict) -> str:
+    """A fingerprint of what was measured: the time of the run and every benchmark's statistics."""
+    content = [doc.get("datetime"), sorted((b.get("fullname"), json.dumps(b.get("stats"), sort_keys=True))
+                                           for b in doc["benchmarks"])]
+    return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 
 
 def load_run(path: str | Path) -> Run:
@@ -86,7 +115,8 @@ def load_run(path: str | Path) -> Run:
     benches = [_bench(b, path) for b in doc["benchmarks"]]
     if not benches:
         raise ResultsError(f"{path}: holds no benchmarks (was it run with --benchmark-disable?)")
-    return Run(path, doc.get("machine_info") or {}, str(doc.get("datetime", "")), {b.fullname: b for b in benches})
+    return Run(path, doc.get("machine_info") or {}, str(doc.get("datetime", "")), {b.fullname: b for b in benches},
+               _digest(doc))
 
 
 def saved_runs(storage: str | Path = DEFAULT_STORAGE) -> list[Path]:
@@ -124,18 +154,32 @@ def resolve(specs: list[str], storage: str | Path = DEFAULT_STORAGE) -> list[Run
     return runs
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` next to `path` and rename it into place: a crash never leaves a torn file."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def replace_atomic(path: Path, write) -> None:
+    """Call `write(temporary path)` next to `path`, then rename it into place: a crash never leaves a
+    torn file. The file gets the mode a plain open() would give it (0666 less the umask), as
+    pytest-benchmark's own files have, not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (see replace_atomic)."""
+    replace_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json_atomic(path: Path, document: dict) -> None:

@@ -16,8 +16,11 @@ def session_run(bs) -> Run:
     benches = {}
     for meta in bs.benchmarks:
         raw = meta.as_dict(include_data=False)
-        if raw.get("stats"):
-            bench = _bench(raw, Path("this session"))
+        if raw.get("stats") and not meta.has_error:
+            try:
+                bench = _bench(raw, Path("this session"))
+            except ResultsError:  # an unusable timing is left out of the table, as pytest-benchmark leaves it unsaved
+                continue
             benches[bench.fullname] = bench
     hook = bs.config.hook
     machine_info = hook.pytest_benchmark_generate_machine_info(config=bs.config)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sysconfig
+import tempfile
+import time
 import venv
 from pathlib import Path
 
@@ -52,17 +54,25 @@ def run_gate(baseline: list[str], candidate: list[str], pytest_args: list[str], 
     workdir.mkdir(parents=True, exist_ok=True)
     pythons = {"A": make_env(workdir / "env-baseline", baseline, runner),
                "B": make_env(workdir / "env-candidate", candidate, runner)}
+    results = fresh_folder(workdir)
     files: dict[str, list[Path]] = {"A": [], "B": []}
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     for i, side in enumerate(abba(k)):
-        out = workdir / f"{'baseline' if side == 'A' else 'candidate'}-{len(files[side]) + 1:02d}.json"
+        out = results / f"{'baseline' if side == 'A' else 'candidate'}-{len(files[side]) + 1:02d}.json"
         print(f"opbench upgrade-check: run {i + 1}/{2 * k}: {'baseline' if side == 'A' else 'candidate'}",
               flush=True)
         result = runner([str(pythons[side]), "-m", "pytest", *pytest_args, f"--benchmark-json={out}", "-q",
                          "-p", "no:cacheprovider"], env=env, check=False)
-        if result.returncode not in (0, 5) and not out.exists():
-            raise ResultsError(f"the {'baseline' if side == 'A' else 'candidate'} run failed "
-                               f"(pytest exit {result.returncode}) and saved nothing")
+        if not out.exists():
+            raise ResultsError(f"the {'baseline' if side == 'A' else 'candidate'} run {i + 1} "
+                               f"(pytest exit {result.returncode}) saved no result in this invocation")
         files[side].append(out)
     return files["A"], files["B"]
+
+
+def fresh_folder(workdir: Path) -> Path:
+    """A results folder that belongs to this invocation alone: files of an earlier invocation in
+    the same --workdir can never be mistaken for this one's."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.mkdtemp(prefix=f"results-{stamp}-", dir=workdir))
 
