@@ -115,6 +115,13 @@ def tables(g: Grid) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
 def format_text(runs: list[Run], markdown: bool = False) -> str:
     g = grid(runs)
     lines = [f"runs: {', '.join(str(r.path) for r in runs)}"]
+    for run in runs:
+        status = run.status.get("status")
+        if status == "interrupted":
+            lines.append(f"WARNING: {run.path} was interrupted: its figures cover only the benchmarks that finished")
+        elif status == "failed":
+            lines.append(f"note: {run.path}: {len(run.status.get('failed', []))} test(s) failed in that run and "
+                         "have no figures")
     for title, header, rows in tables(g):
         lines += ["", f"## {title}" if markdown else f"{title}:"]
         lines += table(header, rows, markdown)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from urllib.parse import urlparse
 from opbench.results import write_json_atomic
 
 CHILD = "OPBENCH_SWEEP_CHILD"
+INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
 _SAVE_FLAGS = ("--benchmark-json", "--benchmark-save", "--benchmark-autosave", "--threads")
 
 
@@ -43,7 +45,14 @@ def merge(runs: dict[int, dict]) -> dict:
         for bench in runs[n].get("benchmarks", []):
             renamed = {**bench, "name": f"{bench['name']}@t{n}", "fullname": f"{bench['fullname']}@t{n}"}
             merged["benchmarks"].append(renamed)
-    merged.setdefault("machine_info", {}).setdefault("opbench", {})["thread_sweep"] = counts
+    opbench = merged.setdefault("machine_info", {}).setdefault("opbench", {})
+    opbench["thread_sweep"] = counts
+    statuses = [(runs[n].get("machine_info", {}).get("opbench") or {}).get("run") or {} for n in counts]
+    if any(statuses):  # the sweep ended as its worst child did
+        failed = [f"{t}@t{n}" for n, st in zip(counts, statuses, strict=True) for t in st.get("failed", [])]
+        worst = next((w for w in ("interrupted", "failed") if any(st.get("status") == w for st in statuses)),
+                     "complete")
+        opbench["run"] = {"status": worst, "failed": failed}
     return merged
 
 
@@ -61,22 +70,49 @@ def next_number(folder: Path) -> str:
     return f"{max(numbers, default=0) + 1:04d}"
 
 
+def _run_child(cmd: list[str], env: dict) -> tuple[int, bool]:
+    """Run one child pytest; on Ctrl-C forward the interrupt to it and let it save what it
+    finished. Returns (exit code, interrupted). The child runs in its own session, so a
+    terminal's Ctrl-C reaches it once, through this process, and not twice."""
+    child = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        return child.wait(), False
+    except KeyboardInterrupt:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+        try:
+            child.wait(timeout=60)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            child.kill()
+            child.wait()
+        return INTERRUPTED, True
+
+
 def run(args: list[str], counts: tuple[int, ...], option) -> int:
-    """Run one child pytest per thread count, merge, save as the parent was asked to."""
+    """Run one child pytest per thread count, merge, save as the parent was asked to. Ctrl-C stops
+    the sweep after forwarding it to the running child: the counts that finished are saved, the
+    run is marked interrupted, and the exit code is pytest's for an interruption."""
     env = {**os.environ, CHILD: "1"}
-    results, code = {}, 0
+    results, code, interrupted = {}, 0, False
     with tempfile.TemporaryDirectory(prefix="opbench-sweep-") as tmp:
         for n in counts:
             path = os.path.join(tmp, f"t{n}.json")
             print(f"opbench: thread sweep: running with --threads={n}", flush=True)
-            child = subprocess.run([sys.executable, "-m", "pytest", *child_args(args, n, path)], env=env, check=False)
-            code = max(code, child.returncode)
+            child_code, interrupted = _run_child([sys.executable, "-m", "pytest", *child_args(args, n, path)], env)
+            code = max(code, child_code)
             if os.path.exists(path):
                 with open(path, encoding="utf-8") as f:
                     results[n] = json.load(f)
+            if interrupted or child_code == INTERRUPTED:
+                interrupted = True
+                print(f"opbench: thread sweep interrupted during --threads={n}; saving the counts that ran",
+                      file=sys.stderr, flush=True)
+                break
     if not results:
         return code or 1
     merged = merge(results)
+    if interrupted:
+        merged["machine_info"]["opbench"].setdefault("run", {})["status"] = "interrupted"
     targets = []
     if getattr(option, "benchmark_json", None):
         targets.append(Path(option.benchmark_json))
@@ -89,4 +125,4 @@ def run(args: list[str], counts: tuple[int, ...], option) -> int:
     for target in targets:
         write_json_atomic(target, merged)
         print(f"opbench: thread sweep saved in {target}")
-    return code
+    return INTERRUPTED if interrupted else code

@@ -13,6 +13,7 @@ import gzip
 import os
 import pickle
 import struct
+import zlib
 
 import numpy as np
 
@@ -51,11 +52,16 @@ def _open(path: str):
 
 def read_idx(path: str) -> np.ndarray:
     """An array from an idx file (the MNIST format): magic, dimensions, then unsigned bytes."""
-    with _open(path) as f:
-        raw = f.read()
+    try:
+        with _open(path) as f:
+            raw = f.read()
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"{path}: cannot be read, corrupt or truncated? ({type(exc).__name__}: {exc})") from None
     if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] != 0x08:
         raise DataError(f"{path}: not an idx file of unsigned bytes")
     ndim = raw[3]
+    if len(raw) < 4 + 4 * ndim:
+        raise DataError(f"{path}: truncated header ({len(raw)} bytes for {ndim} dimensions)")
     dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if body.size != int(np.prod(dims)):
@@ -102,13 +108,19 @@ LOADERS = {"mnist": load_mnist, "cifar10": load_cifar10, "imdb": load_imdb}
 def real(model: ModelSpec, batch: int, folder: str, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Batch number `index` of the model's dataset from `folder`, shaped for the model."""
     x, y = LOADERS[model.dataset](folder)
+    if np.ndim(y) != 1 or len(y) != len(x):
+        raise DataError(f"{model.dataset} in {folder}: {len(x)} samples but {np.size(y)} labels")
     start, stop = index * batch, (index + 1) * batch
     if len(x) < stop:
         raise DataError(f"{model.dataset} in {folder} has {len(x)} samples; batch {index} of {batch} needs {stop}")
     x = x[start:stop].reshape(batch, *model.input_shape) if x[0].size == np.prod(model.input_shape) else None
     if x is None:
         raise DataError(f"{model.dataset} samples do not fit the input shape {model.input_shape} of {model.name}")
-    return np.ascontiguousarray(x, dtype=np.float32), y[start:stop]
+    labels = y[start:stop]
+    if labels.size and (labels.min() < 0 or labels.max() >= model.classes):
+        raise DataError(f"{model.dataset} in {folder}: labels must lie in 0..{model.classes - 1} for {model.name}, "
+                        f"found {labels.min()}..{labels.max()}")
+    return np.ascontiguousarray(x, dtype=np.float32), labels
 
 
 def batch(model: ModelSpec, size: int, folder: str = "", index: int = 0) -> tuple[np.ndarray, np.ndarray]:
