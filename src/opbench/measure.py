@@ -180,14 +180,26 @@ def _prepare(case, backend, settings):
     return prepare(case, backend)
 
 
-def measure(benchmark, bound) -> None:
-    """Benchmark one bound case: pin threads, run once (first-call latency), verify against
-    NumPy, then time with pytest-benchmark and check the result is physically plausible."""
+@dataclass
+class Ready:
+    """A case past its gate: threads pinned, first call made (compiles), result verified."""
+
+    prepared: Any
+    threads: int
+    first_call_s: float
+    max_abs_err: float
+    injected: float
+
+
+def setup(case, backend, state) -> Ready:
+    """Everything before timing, shared by the pytest plugin and the paired gate's workers: pin
+    threads, build, run once (first-call latency), verify against NumPy, apply the test-only
+    slowdown. Raises CorrectnessError on a wrong result; pytest outcomes for data errors and for
+    16-bit cases a framework cannot run."""
     import pytest
 
     from opbench.models.datasets import DataError
 
-    case, backend, state = bound.case, bound.backend, bound.state
     threads = pin_threads(backend, state.threads)
     try:
         prepared = _prepare(case, backend, state.settings)
@@ -200,15 +212,23 @@ def measure(benchmark, bound) -> None:
         pytest.skip(f"{case.framework} cannot run {case.name} in {case.dtype} on the {case.device}: "
                     f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}")
     max_err = prepared.verify(result)
-    injected = inject_slowdown(prepared)
+    return Ready(prepared, threads, first_s, max_err, inject_slowdown(prepared))
+
+
+def measure(benchmark, bound) -> None:
+    """Benchmark one bound case: pin threads, run once (first-call latency), verify against
+    NumPy, then time with pytest-benchmark and check the result is physically plausible."""
+    case, backend, state = bound.case, bound.backend, bound.state
+    ready = setup(case, backend, state)
+    prepared = ready.prepared
     benchmark.group = case.group
     benchmark.extra_info.update(
         framework=case.framework, framework_version=backend.version(), device=case.device, mode=case.mode,
-        dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=threads, flops=prepared.flops,
-        bytes=prepared.bytes, max_abs_err=max_err, first_call_s=first_s, **prepared.extra,
+        dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=ready.threads, flops=prepared.flops,
+        bytes=prepared.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s, **prepared.extra,
     )
-    if injected:
-        benchmark.extra_info["injected_slowdown"] = injected
+    if ready.injected:
+        benchmark.extra_info["injected_slowdown"] = ready.injected
     try:
         _time_and_check(benchmark, case, prepared, state)
     except BaseException:
