@@ -17,6 +17,7 @@ from opbench.compare import STATISTICS
 from opbench.results import DEFAULT_STORAGE, ResultsError, resolve
 from opbench.stats import CONFIDENCE
 from opbench.upgrade import DEFAULT_RUNS
+from opbench.workers import WorkerFailure
 
 USAGE_ERROR = 2
 
@@ -91,15 +92,75 @@ def cmd_compare(args) -> int:
     return _compare_and_print(resolve(args.baseline, args.storage), resolve(args.candidate, args.storage), args)
 
 
+def _workdir(args) -> Path:
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="opbench-upgrade-"))
+    writable_folder(workdir, "--workdir")
+    return workdir
+
+
 def cmd_upgrade_check(args) -> int:
     from opbench import upgrade
     from opbench.results import load_run
 
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="opbench-upgrade-"))
-    writable_folder(workdir, "--workdir")
+    workdir = _workdir(args)
+    if args.design == "paired":
+        pythons = upgrade.make_envs(args.baseline, args.candidate, workdir)
+        return _paired(pythons, ({}, {}), args, workdir)
     base_files, cand_files = upgrade.run_gate(args.baseline, args.candidate, args.pytest_args, args.runs, workdir)
     print(f"results in {base_files[0].parent}")
     return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
+
+
+def cmd_ab(args) -> int:
+    pythons = []
+    for option, path in (("--baseline-python", args.baseline_python), ("--candidate-python", args.candidate_python)):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise ResultsError(f"{option} {path}: not an executable interpreter")
+        pythons.append(path)
+    return _paired(pythons, (dict(args.baseline_env), dict(args.candidate_env)), args, _workdir(args))
+
+
+def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) -> int:
+    """Run the paired gate between two interpreters and print the comparison (exit 0/1)."""
+    from opbench import paired_results, upgrade
+    from opbench.compare import format_text, rule_for
+    from opbench.pairs import SIDES, PairedGate, Plan, Side
+
+    if not args.pytest_args:
+        raise ResultsError("give the benchmarks to compare after '--', e.g. -- benchmarks/ops -m 'torch and gemm'")
+    default, rules = _rules(args)
+    plan = Plan(trials=args.trials, min_pairs=args.pairs, max_pairs=max(args.pairs, args.max_pairs),
+                budget_s=60 * args.budget, timeout_s=args.timeout, confidence=args.confidence / 100,
+                family_alpha=args.false_alarm / 100, seed=args.seed)
+    base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    sides = tuple(Side(name, python, {**base_env, **env}) for name, python, env in zip(SIDES, pythons, envs,
+                                                                                       strict=True))
+    folder = upgrade.fresh_folder(workdir)
+    gate = PairedGate(sides, args.pytest_args, folder, plan, lambda name: rule_for(name, rules, default))
+    gate.run()
+    paired_results.save(gate, folder)
+    result = paired_results.comparison(gate)
+    print(format_text(result, markdown=args.markdown))
+    print(f"results in {folder}")
+    return 1 if result.failed else 0
+
+
+def _paired_options(p: argparse.ArgumentParser) -> None:
+    from opbench.pairs import Plan
+
+    p.add_argument("--budget", type=_positive, default=Plan.budget_s / 60, metavar="MINUTES",
+                   help="time after which undecided benchmarks get no more worker pairs (default %(default)g)")
+    p.add_argument("--trials", type=_at_least_one, default=Plan.trials,
+                   help="paired trials per benchmark and worker pair (default %(default)s)")
+    p.add_argument("--pairs", type=_at_least_one, default=Plan.min_pairs,
+                   help="worker pairs every benchmark gets (default %(default)s)")
+    p.add_argument("--max-pairs", type=_at_least_one, default=Plan.max_pairs,
+                   help="worker pairs an undecided benchmark may get (default %(default)s)")
+    p.add_argument("--false-alarm", type=_percent, default=100 * Plan.family_alpha, metavar="PERCENT",
+                   help="suite-wide false-alarm budget of the confirmation stage (default %(default)g)")
+    p.add_argument("--timeout", type=_positive, default=Plan.timeout_s, metavar="SECONDS",
+                   help="deadline for a worker to collect or prepare one benchmark (default %(default)g)")
+    p.add_argument("--seed", type=int, default=Plan.seed, help="seed of the random orders (default %(default)s)")
 
 
 def _gate_options(p: argparse.ArgumentParser) -> None:
@@ -139,6 +200,20 @@ def _percent(text: str) -> float:
     return value
 
 
+def _positive(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def _at_least_one(text: str) -> int:
     try:
         value = int(text)
@@ -174,10 +249,26 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--candidate", nargs="+", required=True, metavar="REQ", help="requirements of the candidate")
     up.add_argument("--runs", "-k", type=_at_least_one, default=DEFAULT_RUNS,
                     help="runs per side, alternating A B B A (default %(default)s)")
+    up.add_argument("--design", choices=("process", "paired"), default="process",
+                    help="process: K whole runs per side, ABBA; paired: interleaved trials between two live "
+                         "workers (default %(default)s: the README's measurements)")
     up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
     up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
     _gate_options(up)
+    _paired_options(up)
     up.set_defaults(func=cmd_upgrade_check)
+
+    ab = sub.add_parser("ab", help="paired gate between two existing interpreters (e.g. two venvs)")
+    ab.add_argument("--baseline-python", required=True, metavar="PYTHON", help="the baseline's interpreter")
+    ab.add_argument("--candidate-python", required=True, metavar="PYTHON", help="the candidate's interpreter")
+    for side in ("baseline", "candidate"):
+        ab.add_argument(f"--{side}-env", type=_assignment, action="append", default=[], metavar="NAME=VALUE",
+                        help=f"an environment variable for the {side}'s worker (repeatable)")
+    ab.add_argument("--workdir", help="where results and worker logs go (default: a new temporary folder)")
+    ab.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
+    _gate_options(ab)
+    _paired_options(ab)
+    ab.set_defaults(func=cmd_ab)
     return top
 
 
@@ -196,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(_split_compare(argv))
     try:
         return args.func(args)
-    except ResultsError as exc:
+    except (ResultsError, WorkerFailure) as exc:
         print(f"opbench: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

@@ -58,6 +58,7 @@ class Row:
     verdict: str
     baseline_median: float
     candidate_median: float
+    samples: str = ""  # the paired gate's worker pairs x trials
 
 
 @dataclass
@@ -69,10 +70,12 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     statistic: str = STATISTICS[0]
     confidence: float = CONFIDENCE
+    broken: list[str] = field(default_factory=list)  # benchmarks that crashed, hung or failed a check
+    skipped: list[str] = field(default_factory=list)  # benchmarks neither side could run here
 
     @property
     def failed(self) -> bool:
-        return bool(self.missing) or any(r.verdict == "regression" for r in self.rows)
+        return bool(self.missing or self.broken) or any(r.verdict == "regression" for r in self.rows)
 
     def count(self, what: str) -> int:
         return sum(1 for r in self.rows if r.verdict == what)
@@ -188,14 +191,23 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
          f"[{r.ratio.low:.3f}, {r.ratio.high:.3f}]", r.verdict.upper() if r.verdict == "regression" else r.verdict)
         for r in c.rows
     ]
+    if any(r.samples for r in c.rows):
+        header += ("pairs x trials",)
+        body = [(*line, r.samples) for line, r in zip(body, c.rows, strict=True)]
     lines += table(header, body, markdown)
+    if c.broken:
+        lines += ["", f"FAILED on a side ({len(c.broken)}): a crash, hang or failed check fails the gate"]
+        lines += [f"  {m}" for m in c.broken]
+    if c.skipped:
+        lines += ["", f"skipped on both sides ({len(c.skipped)}):"] + [f"  {m}" for m in c.skipped]
     if c.missing:
         lines += ["", f"MISSING in the candidate ({len(c.missing)}): a skipped or broken benchmark fails the gate"]
         lines += [f"  {m}" for m in c.missing]
     if c.new:
         lines += ["", f"new in the candidate ({len(c.new)}):"] + [f"  {n}" for n in c.new]
     lines += ["", f"{c.count('regression')} regressions, {c.count('improvement')} improvements, "
-              f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"]
+              f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"
+              + (f", {len(c.broken)} failed" if c.broken else "")]
     return "\n".join(lines)
 
 

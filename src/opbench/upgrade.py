@@ -44,6 +44,13 @@ def make_env(folder: Path, requirements: list[str], runner=None) -> Path:
     return python
 
 
+def make_envs(baseline: list[str], candidate: list[str], workdir: Path, runner=None) -> list[str]:
+    """The baseline's and the candidate's interpreters, built under `workdir`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    return [str(make_env(workdir / "env-baseline", baseline, runner)),
+            str(make_env(workdir / "env-candidate", candidate, runner))]
+
+
 def run_gate(baseline: list[str], candidate: list[str], pytest_args: list[str], k: int, workdir: Path,
              runner=None) -> tuple[list[Path], list[Path]]:
     """Build both environments and run the benchmarks K times per side in ABBA order. Returns the
@@ -51,9 +58,7 @@ def run_gate(baseline: list[str], candidate: list[str], pytest_args: list[str], 
     runner = runner or subprocess.run
     if k < 1:
         raise ResultsError("--runs must be at least 1")
-    workdir.mkdir(parents=True, exist_ok=True)
-    pythons = {"A": make_env(workdir / "env-baseline", baseline, runner),
-               "B": make_env(workdir / "env-candidate", candidate, runner)}
+    pythons = dict(zip("AB", make_envs(baseline, candidate, workdir, runner), strict=True))
     results = fresh_folder(workdir)
     files: dict[str, list[Path]] = {"A": [], "B": []}
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}

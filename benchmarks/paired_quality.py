@@ -1,0 +1,124 @@
+"""How good is the paired gate (opbench ab / upgrade-check --design paired)? Real gate runs on
+this machine: A/A runs (both workers in this environment) count the runs that flag nothing;
+runs with an injected slowdown on the candidate only (OPBENCH_INJECT_SLOWDOWN) give the share
+of benchmarks flagged as regressions. With --load, a bounded busy loop on one core competes for
+part of every run (a tenant's load episode). Every run's paired.json is kept under --keep, and
+--from re-analyses kept runs: the verdicts, the wall time of each gate run, and which per-trial
+metric (fastest round, mean wall time, mean CPU time) spreads least between A/A trials.
+
+    .venv/bin/python benchmarks/paired_quality.py --aa 2 --slow 0.10,0.07 --keep runs/ \
+        -- benchmarks/ops -m "torch and forward"
+    .venv/bin/python benchmarks/paired_quality.py --from runs/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from opbench.measure import INJECT
+from opbench.paired_stats import spread
+
+FLAGGED = ("regression", "improvement")
+METRICS = {"fastest round": "log_ratio", "mean wall": "mean_log_ratio", "mean CPU": "cpu_log_ratio"}
+
+
+def busy_loop(seconds: float) -> subprocess.Popen:
+    """A competing tenant: one core spinning for `seconds`."""
+    code = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def gate_run(a, folder: Path, slowdown: float, seed: int) -> None:
+    """One `opbench ab` run into `folder`, with the slowdown on the candidate only."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "opbench", "ab", "--baseline-python", sys.executable, "--candidate-python",
+           sys.executable, "--workdir", str(folder), "--seed", str(seed),
+           *a.gate_args.split(), "--", *a.pytest_args]
+    if slowdown:
+        cmd[5:5] = ["--candidate-env", f"{INJECT}={slowdown}"]
+    load = None
+    start = time.monotonic()
+    if a.load:
+        load = busy_loop(a.load)
+    with open(folder / "gate.log", "w") as log:
+        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    if load is not None:
+        load.kill()
+    (folder / "run.json").write_text(json.dumps({"slowdown": slowdown, "exit": code, "load_s": a.load,
+                                                 "wall_s": time.monotonic() - start}))
+    print(f"{folder.name}: slowdown {slowdown:g}, exit {code}, {time.monotonic() - start:.0f} s", flush=True)
+
+
+def load_runs(folders: list[Path]) -> list[dict]:
+    runs = []
+    for folder in folders:
+        for meta in sorted(folder.glob("*/run.json")):
+            logs = sorted(meta.parent.glob("results-*/paired.json"))
+            if logs:
+                runs.append({**json.loads(meta.read_text()), "paired": json.loads(logs[-1].read_text()),
+                             "name": str(meta.parent)})
+    return runs
+
+
+def analyse(runs: list[dict]) -> None:
+    for slowdown in sorted({r["slowdown"] for r in runs}):
+        group = [r for r in runs if r["slowdown"] == slowdown]
+        verdicts = [[b["verdict"] for b in r["paired"]["benchmarks"]] for r in group]
+        n = sum(len(v) for v in verdicts)
+        walls = [r["wall_s"] / 60 for r in group]
+        decided = sum(v in (*FLAGGED, "unchanged") for vs in verdicts for v in vs)
+        if slowdown == 0:
+            clean = sum(not any(v in FLAGGED for v in vs) for vs in verdicts)
+            print(f"A/A: {clean}/{len(group)} gate runs flag nothing; {decided}/{n} verdicts decided; "
+                  f"wall {np.mean(walls):.1f} min per gate run")
+        else:
+            caught = sum(v == "regression" for vs in verdicts for v in vs)
+            print(f"slowdown {100 * slowdown:g}%: {caught}/{n} flagged as regressions "
+                  f"({100 * caught / max(n, 1):.0f}%) in {len(group)} gate runs; "
+                  f"wall {np.mean(walls):.1f} min per gate run")
+    aa = [b for r in runs if r["slowdown"] == 0 for b in r["paired"]["benchmarks"] if b["trials"]]
+    if aa:
+        print("A/A spread of trial log-ratios inside a worker pair (median over benchmarks of 1.4826 MAD):")
+        for label, key in METRICS.items():
+            per_bench = []
+            for b in aa:
+                by_pair: dict[int, list[float]] = {}
+                for t in b["trials"]:
+                    by_pair.setdefault(t["pair"], []).append(t[key])
+                per_bench.append(np.median([spread(np.array(v)) for v in by_pair.values()]))
+            print(f"  {label:14s} {100 * np.median(per_bench):.2f}%")
+        share = np.mean([t["interfered"] for b in aa for t in b["trials"]])
+        print(f"  trials repeated for steal time: {100 * share:.1f}%")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--aa", type=int, default=2, help="A/A gate runs")
+    p.add_argument("--slow", default="0.10,0.07", help="injected slowdowns, one gate run each")
+    p.add_argument("--load", type=float, default=0.0, help="seconds of a one-core busy loop at each run's start")
+    p.add_argument("--gate-args", default="", help="extra options for opbench ab, e.g. '--pairs 3 --budget 20'")
+    p.add_argument("--keep", type=Path, help="folder for the gate runs")
+    p.add_argument("--from", dest="folders", nargs="+", type=Path, help="analyse kept runs only")
+    p.add_argument("pytest_args", nargs="*")
+    a = p.parse_args()
+    if not a.folders:
+        if not a.keep or not a.pytest_args:
+            p.error("give --keep DIR and the pytest selection after '--' (or --from DIR)")
+        slow = [float(x) for x in a.slow.split(",") if x]
+        a.keep.mkdir(parents=True, exist_ok=True)
+        first = len(list(a.keep.glob("run-*")))
+        for n, slowdown in enumerate([0.0] * a.aa + slow, start=first):
+            gate_run(a, a.keep / f"run-{n:02d}", slowdown, seed=n)
+        a.folders = [a.keep]
+    analyse(load_runs(a.folders))
+
+
+if __name__ == "__main__":
+    main()

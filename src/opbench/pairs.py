@@ -1,0 +1,351 @@
+"""The paired gate's coordinator: randomized interleaved trials between two live workers.
+
+For every benchmark of the selection, both workers of a pair prepare it (the plugin's own code
+path, NumPy check included), then each trial times a short burst on each side in a random
+order, so that the two sides of a trial are measured a fraction of a second apart and a
+tenant's load episode hits both. A trial gives one log-ratio of the bursts' fastest calls.
+Fresh worker pairs, each with its own random order of benchmarks, sample between-process
+effects (Abedi & Brecht, ICPE 2017; Kalibera & Jones, ISMM 2013).
+
+Two stages fixed in advance (see paired_stats): a screen at the usual confidence on at least
+`min_pairs` pairs, extended pair by pair for undecided benchmarks while the budget lasts; then
+every benchmark the screen flagged is measured again on `confirm_pairs` fresh pairs and its
+change stands only at the family-wise level. A worker that crashes, hangs or fails a check
+fails that benchmark (and the gate); a fresh pair takes over for the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from opbench import paired_stats as ps
+from opbench.stats import CONFIDENCE, Rule
+from opbench.workers import WorkerFailure, WorkerProcess
+
+SIDES = ("baseline", "candidate")
+WARM_UP_S = 0.1  # per side, untimed, after calibration
+MAX_ROUNDS = 25  # alternations per trial
+STOLEN = 0.10  # a trial during which other guests took more than this share of the CPUs is repeated
+
+
+@dataclass(frozen=True)
+class Side:
+    """One environment: its interpreter and the environment variables its worker gets."""
+
+    name: str
+    python: str
+    env: dict[str, str]
+
+
+@dataclass
+class Plan:
+    """How much to sample. Defaults chosen with benchmarks/gate_quality.py (README)."""
+
+    trials: int = 4  # trials per benchmark and worker pair
+    min_pairs: int = 6  # screen: worker pairs every benchmark gets
+    max_pairs: int = 12  # screen: at most this many for undecided benchmarks
+    confirm_pairs: int = 6  # fresh pairs for each flagged benchmark
+    budget_s: float = 20 * 60.0  # the screen's extension stops when this is spent
+    burst_s: float = 0.04  # target length of one burst
+    round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
+    timeout_s: float = 600.0  # collect and prepare (first calls compile)
+    confidence: float = CONFIDENCE
+    family_alpha: float = ps.FAMILY_ALPHA
+    seed: int = 0
+
+
+@dataclass
+class Record:
+    """Everything measured about one benchmark."""
+
+    id: str
+    name: str = ""
+    group: str = ""
+    extra: dict[str, dict] = field(default_factory=dict)  # side -> extra_info
+    trials: list[dict] = field(default_factory=list)
+    problem: str = ""  # why it has no verdict
+    kind: str = ""  # "" | failed | missing | new | skipped
+    verdict: str = ""
+
+    def stage_pairs(self, stage: str) -> list[np.ndarray]:
+        """Trial log-ratios of one stage, grouped by worker pair; a pair's trials flagged for
+        interference are left out when at least three clean ones remain."""
+        by_pair: dict[int, list[dict]] = {}
+        for t in self.trials:
+            if t["stage"] == stage:
+                by_pair.setdefault(t["pair"], []).append(t)
+        out = []
+        for trials in by_pair.values():
+            clean = [t for t in trials if not t["interfered"]]
+            out.append(np.array([t["log_ratio"] for t in (clean if len(clean) >= 3 else trials)]))
+        return out
+
+    def estimate(self, stage: str, seed: int) -> ps.Estimate | None:
+        pairs = self.stage_pairs(stage)
+        return ps.estimate(pairs, ps.seed_for(f"{stage}:{self.id}", seed)) if pairs else None
+
+
+class Pair:
+    """Two live workers, one per side, that collected the same selection."""
+
+    def __init__(self, number: int, sides: tuple[Side, Side], pytest_args: list[str], folder: Path,
+                 timeout: float, spawn: Callable[..., WorkerProcess] = WorkerProcess) -> None:
+        self.number, self.workers, self.ids = number, {}, {}
+        try:
+            for side in sides:
+                w = spawn(side.name, [side.python, "-m", "opbench.worker"], side.env,
+                          folder / f"worker-{number:02d}-{side.name}.log")
+                self.workers[side.name] = w
+                reply = w.ask({"cmd": "collect", "args": pytest_args}, timeout)
+                if not reply.get("ok"):
+                    raise WorkerFailure(f"the {side.name} worker: {reply.get('error')}")
+                self.ids[side.name] = list(reply["ids"])
+        except BaseException:
+            self.close()
+            raise
+
+    def ask(self, side: str, request: dict, timeout: float) -> dict:
+        return self.workers[side].ask(request, timeout)
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.close()
+
+
+class PairedGate:
+    """Runs the two stages over a selection and keeps every record."""
+
+    def __init__(self, sides: tuple[Side, Side], pytest_args: list[str], folder: Path, plan: Plan,
+                 rule_for: Callable[[str], Rule], spawn: Callable[..., WorkerProcess] = WorkerProcess,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.sides, self.args, self.folder, self.plan = sides, pytest_args, folder, plan
+        self.rule_for, self.spawn = rule_for, spawn
+        self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.rng = np.random.default_rng(plan.seed)
+        self.records: dict[str, Record] = {}
+        self.machine_info: dict[str, dict] = {}
+        self.commit_info: dict = {}
+        self.pairs_started = 0
+        self.notes: list[str] = []
+        self.start = time.monotonic()
+
+    # -- workers ---------------------------------------------------------------------------
+    def new_pair(self) -> Pair:
+        self.pairs_started += 1
+        return Pair(self.pairs_started, self.sides, self.args, self.folder, self.plan.timeout_s, self.spawn)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self) -> None:
+        pair = self.new_pair()
+        for side in SIDES:
+            reply = pair.ask(side, {"cmd": "machine_info"}, self.plan.timeout_s)
+            self.machine_info[side] = reply.get("machine_info") or {}
+            self.commit_info = reply.get("commit_info") or self.commit_info
+        base, cand = pair.ids["baseline"], pair.ids["candidate"]
+        for i in base:
+            self.records[i] = Record(i)
+        for i in sorted(set(base) - set(cand)):
+            self._set(i, "missing", "not collected by the candidate")
+        for i in sorted(set(cand) - set(base)):
+            self.records[i] = Record(i, name=i.rsplit("::", 1)[-1], kind="new", problem="not collected by the baseline")
+        active = [i for i in base if not self.records[i].kind]
+        number = 0
+        try:
+            while active:
+                number += 1
+                pair = pair or self.new_pair()
+                pair = self._sweep(pair, active, "screen", number)
+                pair.close()
+                pair = None
+                active = self._undecided(active, number)
+                if active and not self._room_for(active, number):
+                    self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
+                    break
+            flagged = [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
+            for c in range(self.plan.confirm_pairs if flagged else 0):
+                pair = self._sweep(self.new_pair(), flagged, "confirm", c + 1)
+                pair.close()
+                pair = None
+            self._confirm(flagged)
+        finally:
+            if pair is not None:
+                pair.close()
+
+    def _undecided(self, active: list[str], number: int) -> list[str]:
+        """Screen verdicts after `number` pairs; those still undecided continue (all continue
+        until min_pairs, none after max_pairs)."""
+        still = []
+        for i in active:
+            rec = self.records[i]
+            if rec.kind:
+                continue
+            est = rec.estimate("screen", self.plan.seed)
+            rec.verdict = ps.screen(est, self.rule_for(rec.name), self.plan.confidence) if est else "noisy"
+            if number < self.plan.min_pairs or (rec.verdict == "noisy" and number < self.plan.max_pairs):
+                still.append(i)
+        return still
+
+    def _room_for(self, active: list[str], number: int) -> bool:
+        """Whether another pair over `active` fits in the budget, at the pace seen so far."""
+        if number < self.plan.min_pairs:
+            return True
+        done = sum(1 for r in self.records.values() for t in r.trials if t["stage"] == "screen") or 1
+        per_trial = self.elapsed() / done
+        return self.elapsed() + per_trial * self.plan.trials * len(active) <= self.plan.budget_s
+
+    def _confirm(self, flagged: list[str]) -> None:
+        strict = ps.confirm_confidence(len([r for r in self.records.values() if r.kind != "new"]),
+                                       self.plan.family_alpha)
+        for i in flagged:
+            rec = self.records[i]
+            if rec.kind:
+                continue
+            est = rec.estimate("confirm", self.plan.seed)
+            rec.verdict = ps.confirm(est, self.rule_for(rec.name), self.plan.confidence, strict) if est else "noisy"
+
+    def _sweep(self, pair: Pair, ids: list[str], stage: str, number: int) -> Pair:
+        """One worker pair over `ids` in a random order; a failed pair is replaced by a fresh one."""
+        order = [ids[k] for k in self.rng.permutation(len(ids))]
+        for n, i in enumerate(order):
+            if self.records[i].kind:
+                continue
+            try:
+                self._benchmark(pair, i, stage)
+            except WorkerFailure as exc:
+                self._set(i, "failed", str(exc))
+                pair.close()
+                pair = self.new_pair()
+            self._report(i, stage, number, n + 1, len(order))
+        return pair
+
+    def _set(self, i: str, kind: str, problem: str) -> None:
+        rec = self.records.setdefault(i, Record(i))
+        rec.kind, rec.problem, rec.verdict = kind, problem, kind
+
+    def _benchmark(self, pair: Pair, i: str, stage: str) -> None:
+        rec, plan = self.records[i], self.plan
+        if not self._prepare(pair, i):
+            return
+        loops, rounds, timeout = self._calibrate(pair, i)
+        clean = extra = 0
+        while clean < plan.trials and not rec.kind:
+            trial = self._trial(pair, i, loops, rounds, timeout)
+            if trial is None:
+                break
+            trial.update(pair=pair.number, stage=stage)
+            rec.trials.append(trial)
+            if trial["interfered"] and extra < plan.trials:
+                extra += 1  # another trial in its place; the flagged one stays in the log
+            else:
+                clean += 1
+        for side in SIDES:
+            pair.ask(side, {"cmd": "release"}, plan.timeout_s)
+
+    def _prepare(self, pair: Pair, i: str) -> bool:
+        """Both sides build and verify benchmark `i`; False (and the record says why) unless both are ready."""
+        ready = {}
+        for side in SIDES:
+            reply = pair.ask(side, {"cmd": "prepare", "id": i}, self.plan.timeout_s)
+            if not reply.get("ok"):
+                self._set(i, "failed", f"{side}: {reply.get('error')}")
+                return False
+            ready[side] = reply
+        outcomes = {s: r["outcome"] for s, r in ready.items()}
+        if "failed" in outcomes.values():
+            side = next(s for s in SIDES if outcomes[s] == "failed")
+            self._set(i, "failed", f"failed on the {side}: {ready[side]['message']}")
+        elif outcomes["candidate"] != "ready":
+            kind = "skipped" if outcomes["baseline"] != "ready" else "missing"
+            self._set(i, kind, f"{outcomes['candidate']} on the candidate: {ready['candidate']['message']}")
+        elif outcomes["baseline"] != "ready":
+            self._set(i, "new", f"{outcomes['baseline']} on the baseline: {ready['baseline']['message']}")
+        else:
+            rec = self.records[i]
+            rec.name, rec.group = ready["baseline"]["name"], ready["baseline"]["group"]
+            rec.extra = {s: ready[s]["extra_info"] for s in SIDES}
+        return not self.records[i].kind
+
+    def _trial(self, pair: Pair, i: str, loops: int, rounds: int, timeout: float) -> dict | None:
+        """`rounds` alternations of one timed round on each side, in a random order each time, so
+        that the two sides' rounds are never more than a few milliseconds apart."""
+        rounds_of: dict[str, list[dict]] = {side: [] for side in SIDES}
+        for _ in range(rounds):
+            for side in (SIDES if self.rng.random() < 0.5 else SIDES[::-1]):
+                reply = pair.ask(side, {"cmd": "burst", "loops": loops, "rounds": 1}, timeout)
+                if not reply.get("ok"):
+                    self._set(i, "failed", f"failed on the {side}: {reply.get('error')}")
+                    return None
+                rounds_of[side].append(reply)
+        return trial_record(rounds_of)
+
+    def _calibrate(self, pair: Pair, i: str) -> tuple[int, int, float]:
+        """A discarded warm-up burst per side; from the faster side's call time, the loops per
+        round and rounds per burst both sides then use, and a deadline for one burst."""
+        fastest = math.inf
+        for side in SIDES:
+            reply = pair.ask(side, {"cmd": "burst", "loops": 1, "rounds": 3}, self.plan.timeout_s)
+            if not reply.get("ok"):
+                self._set(i, "failed", f"failed on the {side}: {reply.get('error')}")
+                return 1, 1, 0.0
+            fastest = min(fastest, *reply["times"])
+        fastest = max(fastest, 1e-7)
+        loops = max(1, math.ceil(self.plan.round_s / fastest))
+        rounds = min(MAX_ROUNDS, max(3, math.ceil(self.plan.burst_s / (loops * fastest))))
+        timeout = max(60.0, 50 * loops * fastest)
+        warm = max(1, math.ceil(WARM_UP_S / (loops * fastest)))
+        for side in SIDES:  # caches, allocator pools and thread pools settle before the first trial
+            pair.ask(side, {"cmd": "burst", "loops": loops, "rounds": min(warm, 100)}, timeout * warm)
+        return loops, rounds, timeout
+
+    def _report(self, i: str, stage: str, number: int, done: int, total: int) -> None:
+        rec = self.records[i]
+        counts: dict[str, int] = {}
+        for r in self.records.values():
+            if r.verdict:
+                counts[r.verdict] = counts.get(r.verdict, 0) + 1
+        so_far = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no verdicts yet"
+        state = rec.problem or f"{len(rec.trials)} trials"
+        left = (self.plan.budget_s - self.elapsed()) / 60
+        self.progress(f"[{stage} pair {number} | {done}/{total}] {rec.name or i}: {state} | {so_far} | "
+                      f"{left:.1f} min of budget left")
+
+
+def trial_record(rounds_of: dict[str, list[dict]]) -> dict:
+    """One trial from each side's timed rounds: the log-ratio of the fastest rounds (time per
+    call), the same for mean CPU time and mean wall time per call (to show which metric is
+    steadier), and the interference signals summed over the trial."""
+    def fastest(side):
+        return min(t for r in rounds_of[side] for t in r["times"])
+
+    def mean(side, key):
+        return max(float(np.mean([r[key] for r in rounds_of[side]])), 1e-12)
+
+    def total(key):
+        return sum(r[key] for side in SIDES for r in rounds_of[side])
+
+    a, b = fastest("baseline"), fastest("candidate")
+    per_round = {side: [min(r["times"]) for r in rounds_of[side]] for side in SIDES}
+    return {
+        "log_ratio": math.log(b / a), "baseline_min": a, "candidate_min": b,
+        "baseline_rounds": per_round["baseline"], "candidate_rounds": per_round["candidate"],
+        "cpu_log_ratio": math.log(mean("candidate", "cpu_per_call") / mean("baseline", "cpu_per_call")),
+        "mean_log_ratio": math.log(mean("candidate", "wall_per_call") / mean("baseline", "wall_per_call")),
+        "steal": total("steal"), "switches": total("switches"),
+        "interfered": bool(steal_share(total("steal"), total("wall")) > STOLEN),
+    }
+
+
+def steal_share(ticks: int, wall: float) -> float:
+    """The share of the machine's CPU time the hypervisor gave to other guests during `wall` seconds."""
+    return ticks / os.sysconf("SC_CLK_TCK") / max(wall * (os.cpu_count() or 1), 1e-9)

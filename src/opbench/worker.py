@@ -1,0 +1,206 @@
+"""One side of the paired regression gate: a long-running process of one environment that
+collects the selection with pytest, prepares one benchmark at a time exactly as the plugin does
+(the same Case, inputs, thread pinning, NumPy check and first call) and times short bursts of it
+on request.
+
+Run as `python -m opbench.worker`. Requests come as JSON lines on stdin and replies go as JSON
+lines on the original stdout; everything else the frameworks print goes to stderr, so that it
+cannot corrupt the protocol. Every reply has "ok"; a failed request has a one-line "error".
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import sys
+import time
+from typing import Any
+
+STEAL_FIELD = 8  # /proc/stat "cpu" line: user nice system idle iowait irq softirq steal
+
+
+def steal_ticks() -> int:
+    """Time the hypervisor gave this machine's CPUs to other guests, in clock ticks (0 where unknown)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+        return int(fields[STEAL_FIELD]) if fields[0] == "cpu" and len(fields) > STEAL_FIELD else 0
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def one_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Collector:
+    """A pytest plugin that keeps the collected opbench items (case and session state by node id)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Any] = {}
+        self.state = None
+
+    def pytest_collection_finish(self, session) -> None:
+        from opbench.plugin import STATE
+
+        self.state = session.config.stash.get(STATE, None)
+        for item in session.items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            case = params.get("op_case") or params.get("model_case")
+            if case is not None:
+                self.items[item.nodeid] = (item.name, case)
+
+
+class Worker:
+    """The worker's state between requests: the collected selection and the prepared benchmark."""
+
+    def __init__(self) -> None:
+        self.collector = Collector()
+        self.current: Any = None  # (case, backend, Ready)
+
+    def collect(self, args: list[str]) -> dict:
+        import pytest
+
+        from opbench import sweep
+
+        os.environ[sweep.CHILD] = "1"  # one thread count per worker: no sweep children
+        code = pytest.main([*args, "--collect-only", "-q", "--benchmark-disable", "-p", "no:cacheprovider"],
+                           plugins=[self.collector])
+        state = self.collector.state
+        if state is None or code not in (0, 5):
+            return {"ok": False, "error": f"pytest could not collect {' '.join(args)} (exit {int(code)})"}
+        if len(state.settings.threads) > 1:
+            return {"ok": False, "error": "the paired gate measures one thread count: give --threads a single value"}
+        return {"ok": True, "ids": list(self.collector.items)}
+
+    def machine_info(self) -> dict:
+        from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+        from pytest_benchmark.utils import get_commit_info
+
+        from opbench.fingerprint import update_machine_info
+
+        state = self.collector.state
+        info = pytest_benchmark_generate_machine_info()
+        update_machine_info(info, state.settings, state.threads, state.malloc)
+        info["opbench"]["run"] = {"status": "complete", "failed": [], "design": "paired"}
+        return {"ok": True, "machine_info": info, "commit_info": get_commit_info()}
+
+    def prepare(self, node_id: str) -> dict:
+        """Build and verify one benchmark: outcome ready (with the time of a call), skipped,
+        xfail (a known framework bug) or failed (with the reason)."""
+        import pytest
+
+        from opbench import execute
+        from opbench.backends.base import Unavailable
+        from opbench.known_issues import known_issue
+        from opbench.measure import first_call, setup
+
+        self.release()
+        name, case = self.collector.items[node_id]
+        state = self.collector.state
+        try:
+            backend = execute.require(case)
+        except Unavailable as exc:
+            return {"ok": True, "outcome": "skipped", "message": str(exc)}
+        issue = known_issue(case, backend.version())
+        if issue:
+            return {"ok": True, "outcome": "xfail", "message": issue.reason}
+        try:
+            ready = setup(case, backend, state)
+        except pytest.skip.Exception as exc:
+            return {"ok": True, "outcome": "skipped", "message": one_line(exc)}
+        except (Exception, pytest.fail.Exception) as exc:
+            return {"ok": True, "outcome": "failed", "message": one_line(exc)}
+        self.current = (case, backend, ready)
+        p = ready.prepared
+        calls = [first_call(p.call)[1] for _ in range(3)]
+        extra = dict(framework=case.framework, framework_version=backend.version(), device=case.device,
+                     mode=case.mode, dtype=case.dtype, shape=case.label, layout=p.layout, threads=ready.threads,
+                     flops=p.flops, bytes=p.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s,
+                     **p.extra)
+        if ready.injected:
+            extra["injected_slowdown"] = ready.injected
+        return {"ok": True, "outcome": "ready", "name": name, "group": case.group, "call_s": sorted(calls)[1],
+                "extra_info": extra, "peak": state.peak(case.device, case.dtype)}
+
+    def burst(self, loops: int, rounds: int) -> dict:
+        """`rounds` timed rounds of `loops` calls each: the time per call of every round, and the
+        process CPU time, steal ticks and involuntary context switches over the whole burst."""
+        from opbench.measure import check_roofline
+
+        if self.current is None:
+            return {"ok": False, "error": "burst before a successful prepare"}
+        case, _, ready = self.current
+        call, state = ready.prepared.call, self.collector.state
+        steal, switches, cpu = steal_ticks(), _involuntary(), time.process_time()
+        start = time.perf_counter()
+        times = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(loops):
+                call()
+            times.append((time.perf_counter() - t0) / loops)
+        wall = time.perf_counter() - start
+        cpu, steal, switches = time.process_time() - cpu, steal_ticks() - steal, _involuntary() - switches
+        try:
+            check_roofline(ready.prepared.flops, min(times), state.peak(case.device, case.dtype),
+                           state.settings.roofline_slack)
+        except AssertionError as exc:
+            return {"ok": False, "error": one_line(exc)}
+        return {"ok": True, "times": times, "wall": wall, "cpu_per_call": cpu / (loops * rounds),
+                "wall_per_call": wall / (loops * rounds), "steal": steal, "switches": switches}
+
+    def release(self) -> dict:
+        if self.current is not None:
+            from opbench.allocator import release
+
+            self.current = None
+            gc.collect()
+            release()
+        return {"ok": True}
+
+    def handle(self, request: dict) -> dict:
+        cmd = request.get("cmd")
+        if cmd == "collect":
+            return self.collect(list(request["args"]))
+        if cmd == "machine_info":
+            return self.machine_info()
+        if cmd == "prepare":
+            return self.prepare(request["id"])
+        if cmd == "burst":
+            return self.burst(int(request["loops"]), int(request["rounds"]))
+        if cmd == "release":
+            return self.release()
+        return {"ok": False, "error": f"unknown request {cmd!r}"}
+
+
+def _involuntary() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars and anything else JSON lacks, as plain values."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def main() -> int:
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not into the protocol
+    worker = Worker()
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("cmd") == "exit":
+            break
+        try:
+            reply = worker.handle(request)
+        except Exception as exc:  # a request that went wrong is an answer, not a dead worker
+            reply = {"ok": False, "error": one_line(exc)}
+        replies.write(json.dumps(reply, default=_plain) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

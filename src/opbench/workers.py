@@ -1,0 +1,113 @@
+"""The coordinator's end of a worker (opbench.worker): start one in a given interpreter, send it
+requests, read its replies with a deadline, and make sure nothing is left running.
+
+A worker that exits raises WorkerDied, one that misses its deadline is killed (with its whole
+process group) and raises WorkerHung; both messages are one line naming the side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+class WorkerFailure(Exception):
+    """A worker is gone (crashed, killed, or hung past its deadline); the message is one line."""
+
+
+class WorkerDied(WorkerFailure):
+    pass
+
+
+class WorkerHung(WorkerFailure):
+    pass
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a worker's log (what it said before dying)."""
+    try:
+        lines = [x.strip() for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+class WorkerProcess:
+    """One live worker: `python -m opbench.worker` of an environment, its stderr in `log`."""
+
+    def __init__(self, side: str, command: list[str], env: dict[str, str], log: Path) -> None:
+        self.side, self.log = side, log
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         env=env, start_new_session=True)
+        self._buffer = b""
+
+    def ask(self, request: dict, timeout: float) -> dict:
+        """Send one request and wait up to `timeout` seconds for its reply."""
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        return self._reply(request.get("cmd", "?"), timeout)
+
+    def _reply(self, what: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerHung(f"the {self.side} worker did not answer '{what}' within {timeout:.0f} s "
+                                 "and was stopped")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise self._died()
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            self.kill()
+            raise WorkerDied(f"the {self.side} worker answered garbage: {line[:120]!r}") from None
+
+    def _died(self) -> WorkerDied:
+        code = self.proc.wait()
+        reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        said = last_line(self.log)
+        return WorkerDied(f"the {self.side} worker died ({reason})" + (f": {said}" if said else ""))
+
+    def kill(self) -> None:
+        """Stop the worker and anything it started, now."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self._close_pipes()
+
+    def close(self, grace: float = 10.0) -> None:
+        """Ask the worker to exit; kill it if it does not within `grace` seconds."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b'{"cmd": "exit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(grace)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
