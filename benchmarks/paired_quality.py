@@ -39,10 +39,8 @@ def gate_run(a, folder: Path, slowdown: float, seed: int) -> None:
     """One `opbench ab` run into `folder`, with the slowdown on the candidate only."""
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "opbench", "ab", "--baseline-python", sys.executable, "--candidate-python",
-           sys.executable, "--workdir", str(folder), "--seed", str(seed),
-           *a.gate_args.split(), "--", *a.pytest_args]
-    if slowdown:
-        cmd[5:5] = ["--candidate-env", f"{INJECT}={slowdown}"]
+           sys.executable, "--workdir", str(folder), "--seed", str(seed), *a.gate_args.split(),
+           *(["--candidate-env", f"{INJECT}={slowdown}"] if slowdown else []), "--", *a.pytest_args]
     load = None
     start = time.monotonic()
     if a.load:

@@ -150,14 +150,20 @@ INJECT = "OPBENCH_INJECT_SLOWDOWN"
 
 def inject_slowdown(prepared) -> float:
     """Test-only hook for measuring the regression gate's sensitivity: with OPBENCH_INJECT_SLOWDOWN
-    set to a fraction f, every timed call spins for f times the operation's own median time
-    (measured here over 7 calls). Results record it as extra_info['injected_slowdown']."""
+    set to a fraction f, every timed call spins for f times the operation's own fastest time
+    (over at least 7 calls and 50 ms after 3 warm-up calls: the fastest call is steady from one
+    process to the next, where a median of a few early calls can be twice the steady time).
+    Results record it as extra_info['injected_slowdown']."""
     fraction = float(os.environ.get(INJECT, "0") or 0)
     if fraction <= 0:
         return 0.0
     call = prepared.call
-    samples = sorted(_seconds(call) for _ in range(7))
-    extra = fraction * samples[3]
+    for _ in range(3):
+        _seconds(call)
+    samples, end = [], time.perf_counter() + 0.05
+    while len(samples) < 7 or time.perf_counter() < end:
+        samples.append(_seconds(call))
+    extra = fraction * min(samples)
 
     def slowed():
         result = call()

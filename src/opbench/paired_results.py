@@ -80,7 +80,8 @@ def _samples(rec: Record, stage: str) -> str:
 def comparison(gate: PairedGate) -> Comparison:
     """The gate's outcome in compare's terms, plus the benchmarks that failed on a side."""
     compared = [r for r in gate.records.values() if r.kind != "new"]
-    strict = ps.confirm_confidence(len(compared), gate.plan.family_alpha)
+    flagged = sum(1 for r in compared if any(t["stage"] == "confirm" for t in r.trials))
+    strict = ps.confirm_confidence(flagged, gate.plan.family_alpha)
     rows = [row for r in compared if not r.kind and (row := _row(r, gate, strict))]
     runs = {side: [Run(Path(side), gate.machine_info.get(side, {}), "", {})] for side in SIDES}
     result = Comparison(
@@ -89,7 +90,6 @@ def comparison(gate: PairedGate) -> Comparison:
         env=environment_diff(runs["baseline"], runs["candidate"]), statistic=STATISTIC,
         confidence=gate.plan.confidence, broken=[f"{r.id}: {r.problem}" for r in compared if r.kind == "failed"],
         skipped=[f"{r.id}: {r.problem}" for r in compared if r.kind == "skipped"])
-    flagged = sum(1 for r in compared if any(t["stage"] == "confirm" for t in r.trials))
     result.warnings += [
         *gate.notes,
         f"paired design: {gate.pairs_started} worker pairs; {flagged} benchmark(s) flagged by the "

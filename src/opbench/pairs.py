@@ -10,8 +10,8 @@ effects (Abedi & Brecht, ICPE 2017; Kalibera & Jones, ISMM 2013).
 Two stages fixed in advance (see paired_stats): a screen at the usual confidence on at least
 `min_pairs` pairs, extended pair by pair for undecided benchmarks while the budget lasts; then
 every benchmark the screen flagged is measured again on `confirm_pairs` fresh pairs and its
-change stands only at the family-wise level. A worker that crashes, hangs or fails a check
-fails that benchmark (and the gate); a fresh pair takes over for the rest.
+change stands only at the family-wise level (Bonferroni over the flagged set). A worker that
+crashes, hangs or fails a check fails that benchmark (and the gate); a fresh pair takes over for the rest.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ class Side:
 class Plan:
     """How much to sample. Defaults chosen with benchmarks/gate_quality.py (README)."""
 
-    trials: int = 4  # trials per benchmark and worker pair
+    trials: int = 8  # trials per benchmark and worker pair
     min_pairs: int = 6  # screen: worker pairs every benchmark gets
     max_pairs: int = 12  # screen: at most this many for undecided benchmarks
-    confirm_pairs: int = 6  # fresh pairs for each flagged benchmark
+    confirm_pairs: int = 10  # fresh pairs for each flagged benchmark
     budget_s: float = 20 * 60.0  # the screen's extension stops when this is spent
     burst_s: float = 0.04  # target length of one burst
     round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
@@ -134,19 +134,29 @@ class PairedGate:
         self.machine_info: dict[str, dict] = {}
         self.commit_info: dict = {}
         self.pairs_started = 0
+        self.pairs: list[Pair] = []  # every pair started, closed again however the run ends
         self.notes: list[str] = []
         self.start = time.monotonic()
 
     # -- workers ---------------------------------------------------------------------------
     def new_pair(self) -> Pair:
         self.pairs_started += 1
-        return Pair(self.pairs_started, self.sides, self.args, self.folder, self.plan.timeout_s, self.spawn)
+        pair = Pair(self.pairs_started, self.sides, self.args, self.folder, self.plan.timeout_s, self.spawn)
+        self.pairs.append(pair)
+        return pair
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> None:
+        try:
+            self._run()
+        finally:  # an interrupt or an error leaves no worker running
+            for p in self.pairs:
+                p.close()
+
+    def _run(self) -> None:
         pair = self.new_pair()
         for side in SIDES:
             reply = pair.ask(side, {"cmd": "machine_info"}, self.plan.timeout_s)
@@ -161,26 +171,19 @@ class PairedGate:
             self.records[i] = Record(i, name=i.rsplit("::", 1)[-1], kind="new", problem="not collected by the baseline")
         active = [i for i in base if not self.records[i].kind]
         number = 0
-        try:
-            while active:
-                number += 1
-                pair = pair or self.new_pair()
-                pair = self._sweep(pair, active, "screen", number)
-                pair.close()
-                pair = None
-                active = self._undecided(active, number)
-                if active and not self._room_for(active, number):
-                    self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
-                    break
-            flagged = [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
-            for c in range(self.plan.confirm_pairs if flagged else 0):
-                pair = self._sweep(self.new_pair(), flagged, "confirm", c + 1)
-                pair.close()
-                pair = None
-            self._confirm(flagged)
-        finally:
-            if pair is not None:
-                pair.close()
+        while active:
+            number += 1
+            pair = self._sweep(pair or self.new_pair(), active, "screen", number)
+            pair.close()
+            pair = None
+            active = self._undecided(active, number)
+            if active and not self._room_for(active, number):
+                self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
+                break
+        flagged = [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
+        for c in range(self.plan.confirm_pairs if flagged else 0):
+            self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
+        self._confirm(flagged)
 
     def _undecided(self, active: list[str], number: int) -> list[str]:
         """Screen verdicts after `number` pairs; those still undecided continue (all continue
@@ -205,8 +208,7 @@ class PairedGate:
         return self.elapsed() + per_trial * self.plan.trials * len(active) <= self.plan.budget_s
 
     def _confirm(self, flagged: list[str]) -> None:
-        strict = ps.confirm_confidence(len([r for r in self.records.values() if r.kind != "new"]),
-                                       self.plan.family_alpha)
+        strict = ps.confirm_confidence(len(flagged), self.plan.family_alpha)
         for i in flagged:
             rec = self.records[i]
             if rec.kind:
