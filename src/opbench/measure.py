@@ -253,8 +253,8 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
     timing = timing_of(benchmark)
     if timing is None:
         return
+    state.check_roofline(prepared.flops, timing.min_s, case.device, case.dtype)
     peak = state.peak(case.device, case.dtype)
-    check_roofline(prepared.flops, timing.min_s, peak, state.settings.roofline_slack)
     benchmark.extra_info.update(
         peak_gflops=peak,
         gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,

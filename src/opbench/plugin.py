@@ -69,6 +69,23 @@ class State:
             self.peaks[key] = base * (2 if dtype != "float32" else 1) if base else None
         return self.peaks[key]
 
+    def check_roofline(self, flops: float | None, seconds: float, device: str, dtype: str) -> float | None:
+        """measure.check_roofline against this session's peak. A call faster than a *measured*
+        peak allows first has the peak measured again, keeping the higher of the two: a peak
+        measured while other tenants were busy is too low (seen on this machine: 64 GFLOP/s
+        measured under load, 197 reached later by a 1024^3 GEMM)."""
+        from opbench.measure import Implausible, check_roofline
+
+        slack = self.settings.roofline_slack
+        try:
+            return check_roofline(flops, seconds, self.peak(device, dtype), slack)
+        except Implausible:
+            if self.settings.peak_gflops or self.peaks.get((device, dtype)) is None:
+                raise
+            first = self.peaks.pop((device, dtype))
+            self.peaks[(device, dtype)] = max(first, self.peak(device, dtype))
+            return check_roofline(flops, seconds, self.peak(device, dtype), slack)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("opbench", "opbench: frameworks, devices, modes and sizes")

@@ -129,8 +129,6 @@ class Worker:
     def burst(self, loops: int, rounds: int) -> dict:
         """`rounds` timed rounds of `loops` calls each: the time per call of every round, and the
         process CPU time, steal ticks and involuntary context switches over the whole burst."""
-        from opbench.measure import check_roofline
-
         if self.current is None:
             return {"ok": False, "error": "burst before a successful prepare"}
         case, _, ready = self.current
@@ -146,8 +144,7 @@ class Worker:
         wall = time.perf_counter() - start
         cpu, steal, switches = time.process_time() - cpu, steal_ticks() - steal, _involuntary() - switches
         try:
-            check_roofline(ready.prepared.flops, min(times), state.peak(case.device, case.dtype),
-                           state.settings.roofline_slack)
+            state.check_roofline(ready.prepared.flops, min(times), case.device, case.dtype)
         except AssertionError as exc:
             return {"ok": False, "error": one_line(exc)}
         return {"ok": True, "times": times, "wall": wall, "cpu_per_call": cpu / (loops * rounds),
