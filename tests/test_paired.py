@@ -107,7 +107,7 @@ def test_the_two_stage_rule_keeps_the_suite_wide_false_alarm_budget():
     rng = np.random.default_rng(11)
     rule, n, suites = Rule(margin=0.0, threshold=0.0), 40, 200
     screen_alarms = confirmed_alarms = 0
-    for s in range(suites):
+    for _ in range(suites):
         screened = [ps.screen(ps.estimate(p, seed=i, resamples=400), rule, 0.97)
                     for i, p in enumerate(_suite(rng, 0.0, n, pairs=6))]
         flagged = [i for i, v in enumerate(screened) if v in ("regression", "improvement")]

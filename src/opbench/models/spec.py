@@ -129,13 +129,14 @@ def param_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
 
 
 def init_params(model: ModelSpec, seed: int = 0) -> dict[str, np.ndarray]:
-    """One parameter set for every framework: Glorot-uniform weights, small random biases (not
-    zeros, so that a wrong bias mapping shows), from a seeded generator."""
+    """One parameter set for every framework: Glorot-uniform weights and N(0, 0.1^2) biases (not
+    zeros, and not so small that a wrong bias mapping or a swapped LSTM gate bias hides inside
+    the gate's tolerance), from a seeded generator."""
     r = np.random.default_rng([seed, len(model.name), sum(map(ord, model.name))])
     params = {}
     for name, shape in param_shapes(model).items():
         if name.endswith(".b"):
-            params[name] = (0.01 * r.standard_normal(shape)).astype(np.float32)
+            params[name] = (0.1 * r.standard_normal(shape)).astype(np.float32)
             continue
         if len(shape) == 4:  # OIHW
             fan_in, fan_out = shape[1] * shape[2] * shape[3], shape[0] * shape[2] * shape[3]
