@@ -381,3 +381,31 @@ def test_an_interrupt_leaves_no_worker_running(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         gate.run()
     assert len(FakeWorker.started) == 4 and all(w.closed for w in FakeWorker.started)
+
+
+def test_sigterm_stops_the_gate_and_its_workers_in_one_line(tmp_path):
+    """A cancelled CI job (SIGTERM) ends `opbench ab` like Ctrl-C: exit 130, one line, and no
+    worker left running (here a worker that never answers its collect request)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/worker.pid\nexec sleep 60\n")
+    fake.chmod(0o755)
+    p = subprocess.Popen([sys.executable, "-m", "opbench", "ab", "--baseline-python", str(fake), "--candidate-python",
+                          str(fake), "--workdir", str(tmp_path), "--", "benchmarks"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pidfile = tmp_path / "worker.pid"
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and err.strip() == "opbench: interrupted", err
+    worker = int(pidfile.read_text())
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -285,6 +286,7 @@ def _split_compare(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(_split_compare(argv))
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.func(args)
     except (ResultsError, WorkerFailure) as exc:
@@ -293,6 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("opbench: interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum, frame):
+    """SIGTERM (a CI job cancelled, `kill`) ends a command like Ctrl-C does: workers and
+    children stopped, what finished kept, one line, exit 130. Background jobs of a
+    non-interactive shell ignore SIGINT, so for them this is the only clean way to stop."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
