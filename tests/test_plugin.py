@@ -145,3 +145,39 @@ def test_inference(model_case, benchmark):
     missing = pytester.runpytest("--data-dir", str(tmp_path / "nope"))
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["ERROR: --data-dir '*nope' is not a folder"])
+
+
+def test_a_session_without_opbench_benchmarks_pays_nothing(pytester):
+    """The plugin is active in every pytest session of its environment: where no opbench
+    benchmark is collected it imports no framework, pins no thread, measures no peak and prints
+    no header."""
+    pytester.makepyfile(test_other="""
+        import sys
+
+        def test_unrelated():
+            assert not {"torch", "tensorflow", "mxnet"} & set(sys.modules)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "opbench:" not in result.stdout.str() and "roofline" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["benchmark: * warmup=False *"])  # pytest-benchmark's own default, untouched
+
+
+@pytest.mark.parametrize("where", ["ini", "env", "command line"])
+def test_a_warmup_setting_is_respected_wherever_it_is_given(suite, monkeypatch, where):
+    args = ["--framework", "numpy", "-k", "relu", "--benchmark-max-time=0.01"]
+    if where == "ini":
+        suite.makeini("[pytest]\naddopts = --strict-markers --benchmark-warmup=off\n")
+    elif where == "env":
+        monkeypatch.setenv("PYTEST_ADDOPTS", "--benchmark-warmup=off")
+    else:
+        args.append("--benchmark-warmup=off")
+    result = suite.runpytest(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["opbench: * warmup=off"])
+
+
+def test_warmup_is_on_by_default_in_opbench_sessions(suite):
+    result = suite.runpytest("--framework", "numpy", "-k", "relu", "--benchmark-max-time=0.01")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["opbench: * warmup=on"])

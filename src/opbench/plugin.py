@@ -50,6 +50,7 @@ class State:
     peaks: dict[tuple[str, str], float | None] = field(default_factory=dict)
     malloc: str = "default"
     run: RunStatus = field(default_factory=RunStatus)
+    active: bool = False  # opbench benchmarks were collected in this session
 
     @property
     def threads(self) -> int:
@@ -141,7 +142,6 @@ def pytest_configure(config: pytest.Config) -> None:
     state = State(settings, malloc=allocator.apply(settings.malloc))
     config.stash[STATE] = state
     config.pluginmanager.register(state.run, "opbench-run-status")
-    _warmup_on_by_default(config)
 
 
 def _check_json_target(config: pytest.Config) -> None:
@@ -162,11 +162,18 @@ def _check_json_target(config: pytest.Config) -> None:
 
 
 def _warmup_on_by_default(config: pytest.Config) -> None:
-    """pytest-benchmark warms up only on PyPy unless told; frameworks need it everywhere."""
-    args = config.invocation_params.args
+    """pytest-benchmark warms up only on PyPy unless told; frameworks need it everywhere. Only
+    sessions that collected opbench benchmarks get it, and never against the user's own
+    --benchmark-warmup, given on the command line, in an ini file's addopts or in PYTEST_ADDOPTS."""
+    import os
+    import shlex
+
+    env = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    args = [*config.invocation_params.args, *config.getini("addopts"), *env]
     given = any(a.startswith("--benchmark-warmup") and not a.startswith("--benchmark-warmup-") for a in args)
-    if not given and hasattr(config.option, "benchmark_warmup"):
-        config.option.benchmark_warmup = True
+    bs = getattr(config, "_benchmarksession", None)
+    if not given and bs is not None:
+        bs.options["warmup"] = True
 
 
 def op_test_name(function_name: str) -> tuple[str, str]:
@@ -276,14 +283,32 @@ def model_case(request: pytest.FixtureRequest) -> Bound:
     return _bind(request)
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    state = config.stash.get(STATE, None)
-    if state is None:
-        return []
+FIXTURES = ("op_case", "model_case")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The header, once opbench benchmarks were collected: frameworks (imported here, threads
+    pinned), settings and roofline. A session without them imports, pins and measures nothing,
+    so the plugin costs nothing where it is not used."""
+    state = session.config.stash.get(STATE, None)
+    if state is None or not any(set(FIXTURES) & set(getattr(i, "fixturenames", ())) for i in session.items):
+        return
+    state.active = True
+    _warmup_on_by_default(session.config)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or session.config.getoption("collectonly") or reporter.verbosity < 0:
+        return
+    for line in header(session.config, state):
+        reporter.write_line(line)
+
+
+def header(config: pytest.Config, state: State) -> list[str]:
     s = state.settings
+    bs = getattr(config, "_benchmarksession", None)
     lines = [
         f"opbench: profile={s.profile} devices={','.join(s.devices)} dtypes={','.join(s.dtypes)} "
-        f"threads={state.threads} modes={','.join(s.modes)} malloc={state.malloc.split()[0]}"
+        f"threads={state.threads} modes={','.join(s.modes)} malloc={state.malloc.split()[0]} "
+        f"warmup={'on' if bs is not None and bs.options['warmup'] else 'off'}"
     ]
     for name in s.frameworks:
         lines.append("  " + framework_line(name, s, state.threads))
@@ -327,6 +352,6 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     from opbench.fingerprint import update_machine_info
 
     state = config.stash.get(STATE, None)
-    if state is not None:
+    if state is not None and state.active:  # another suite's benchmarks get pytest-benchmark's info only
         update_machine_info(machine_info, state.settings, state.threads, state.malloc)
         machine_info["opbench"]["run"] = state.run.as_dict()
