@@ -8,22 +8,27 @@ of each gate, for every framework installed.
 
 Model mutants act through the framework-neutral NativeModel interface (`get_params`/`set_params`
 around a real training step, or the parameters a model is built from), so each applies to every
-framework unchanged.
+framework unchanged. Operator mutants transform a real framework's output or gradients (or,
+for a wrong definition, replace them with that definition computed in NumPy) between the
+framework and the gate; creation mutants replace a generator's samples.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from opbench import backends
+from opbench import backends, execute, ops
 from opbench.cases import Case
 from opbench.e2e import prepare_model
 from opbench.execute import CorrectnessError
+from opbench.layout import from_native, to_native
 from opbench.models import catalogue
+from opbench.ops import activations, conv, normalization
 
 FRAMEWORKS = ("torch", "tensorflow", "mxnet")
 Params = dict[str, np.ndarray]
@@ -155,23 +160,206 @@ def model_survives(mutant: ModelMutant, framework: str) -> str | None:
     return f"passed with recorded error {err:.3g}"
 
 
+# --- operators ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpMutant:
+    """A wrong operator: `wrong(out, inputs, p)` gives the output (forward) or the list of
+    gradients (backward, `out` being the real gradients and inputs ending with the cotangent)
+    from the real ones and the float64 inputs; creation mutants give the samples."""
+
+    name: str
+    gate: str  # "operator forward" | "operator backward" | "creation"
+    op: str
+    why: str
+    wrong: Callable[..., object]
+
+
+def _tf32(a: np.ndarray) -> np.ndarray:
+    """Round to TF32's 10-bit mantissa, as tensor cores do to GEMM inputs."""
+    m, e = np.frexp(a)
+    return np.ldexp(np.round(m * 2**11) / 2**11, e)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _gelu_tanh_grad(x):
+    u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+    du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
+    return 0.5 * (1 + np.tanh(u)) + 0.5 * x * (1 - np.tanh(u) ** 2) * du
+
+
+def _with_eps(eps, fn, *args):
+    real = normalization.EPS
+    normalization.EPS = eps
+    try:
+        return fn(*args)
+    finally:
+        normalization.EPS = real
+
+
+def _layer_norm_no_mean_term(grads, inputs, p):
+    x, gamma, _, ct = inputs
+    xhat, inv = normalization._normalize(x, (-1,))
+    dxhat = ct * gamma
+    return [inv * (dxhat - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)), *grads[1:]]
+
+
+def _softmax_no_sum_term(grads, inputs, p):
+    y = activations._softmax(inputs[0])
+    return [y * inputs[-1]]
+
+
+OP_MUTANTS = (
+    OpMutant("softmax drops p < 5e-5", "operator forward", "softmax", "small probabilities flushed to zero",
+             lambda out, inputs, p: np.where(out < 5e-5, 0.0, out)),
+    OpMutant("gelu tanh approximation", "operator forward", "gelu", "the tanh formula for the exact (erf) one",
+             lambda out, inputs, p: _gelu_tanh(inputs[0])),
+    OpMutant("relu leaks 1e-5", "operator forward", "relu", "leaky relu with slope 1e-5 for relu",
+             lambda out, inputs, p: out + 1e-5 * np.minimum(inputs[0], 0)),
+    OpMutant("softplus cut off below -10", "operator forward", "softplus", "a threshold returning 0 in the tail",
+             lambda out, inputs, p: np.where(inputs[0] < -10, 0.0, out)),
+    OpMutant("tanh 10 ulps high", "operator forward", "tanh", "a fast approximation 1e-5 relative off",
+             lambda out, inputs, p: out * (1 + 1e-5)),
+    OpMutant("sigmoid in float16", "operator forward", "sigmoid", "computed at reduced precision",
+             lambda out, inputs, p: out.astype(np.float16).astype(np.float64)),
+    OpMutant("batch_norm eps 1e-3", "operator forward", "batch_norm", "epsilon 1e-3 for 1e-5",
+             lambda out, inputs, p: _with_eps(1e-3, normalization.batch_norm, p, *inputs)),
+    OpMutant("layer_norm eps 1e-3", "operator forward", "layer_norm", "epsilon 1e-3 for 1e-5",
+             lambda out, inputs, p: _with_eps(1e-3, normalization.layer_norm, p, *inputs)),
+    OpMutant("layer_norm over the batch axis", "operator forward", "layer_norm", "statistics over the wrong axis",
+             lambda out, inputs, p: normalization._normalize(inputs[0], (0,))[0] * inputs[1] + inputs[2]),
+    OpMutant("gemm in TF32", "operator forward", "gemm", "inputs rounded to a 10-bit mantissa",
+             lambda out, inputs, p: _tf32(inputs[0]) @ _tf32(inputs[1])),
+    OpMutant("gemm with B transposed", "operator forward", "gemm", "a layout flag read the wrong way",
+             lambda out, inputs, p: inputs[0] @ inputs[1].T),
+    OpMutant("conv2d as convolution", "operator forward", "conv2d", "kernel flipped: convolution, not correlation",
+             lambda out, inputs, p: conv.conv2d(p, inputs[0], inputs[1][:, :, ::-1, ::-1])),
+    OpMutant("conv2d weights O and I swapped", "operator forward", "conv2d", "OIHW read as IOHW (square kernels)",
+             lambda out, inputs, p: conv.conv2d(p, inputs[0], inputs[1].transpose(1, 0, 2, 3))
+             if inputs[1].shape[0] == inputs[1].shape[1] else out + 1),
+    OpMutant("maxpool2d as subsampling", "operator forward", "maxpool2d", "each window's first element, not its max",
+             lambda out, inputs, p: inputs[0][:, :, :out.shape[2] * p["stride"]:p["stride"],
+                                              :out.shape[3] * p["stride"]:p["stride"]]),
+    OpMutant("avgpool2d 1% low", "operator forward", "avgpool2d", "divides by k*k + 1% (a wrong count)",
+             lambda out, inputs, p: out * 0.99),
+    OpMutant("flatten in NHWC order", "operator forward", "flatten", "channels-last rows",
+             lambda out, inputs, p: inputs[0].transpose(0, 2, 3, 1).reshape(out.shape)),
+    OpMutant("dot drops the last product", "operator forward", "dot", "a loop bound off by one",
+             lambda out, inputs, p: out - inputs[0][-1] * inputs[1][-1]),
+    OpMutant("gelu backward of the tanh form", "operator backward", "gelu", "the approximation's derivative",
+             lambda grads, inputs, p: [inputs[-1] * _gelu_tanh_grad(inputs[0])]),
+    OpMutant("softmax backward without the sum", "operator backward", "softmax", "y * ct only",
+             _softmax_no_sum_term),
+    OpMutant("layer_norm backward without the mean term", "operator backward", "layer_norm",
+             "the gradient through the mean dropped", _layer_norm_no_mean_term),
+    OpMutant("batch_norm gamma gradient averaged", "operator backward", "batch_norm", "mean instead of sum",
+             lambda grads, inputs, p: [grads[0], grads[1] / (inputs[0].size / inputs[0].shape[1]), grads[2]]),
+    OpMutant("gemm backward dB = A ct", "operator backward", "gemm", "a missing transpose (square shapes)",
+             lambda grads, inputs, p: [grads[0], inputs[0] @ inputs[-1]]),
+    OpMutant("relu backward passes x <= 0", "operator backward", "relu", "gradient 1 at x == 0 and 1e-3 below",
+             lambda grads, inputs, p: [grads[0] + 1e-3 * inputs[-1] * (inputs[0] <= 0)]),
+    OpMutant("sigmoid backward 1% low", "operator backward", "sigmoid", "a scaled gradient",
+             lambda grads, inputs, p: [0.99 * grads[0]]),
+    OpMutant("random_normal as uniform", "creation", "random_normal", "uniform x sqrt(3): mean 0, variance 1",
+             lambda out, inputs, p: (np.random.default_rng(0).random(out.shape) * 2 - 1) * math.sqrt(3)),
+    OpMutant("random_normal as +-1", "creation", "random_normal", "Rademacher: mean 0, variance 1",
+             lambda out, inputs, p: np.random.default_rng(0).choice([-1.0, 1.0], out.shape)),
+    OpMutant("random_normal as Laplace", "creation", "random_normal", "Laplace(0, 1/sqrt 2): mean 0, variance 1",
+             lambda out, inputs, p: np.random.default_rng(0).laplace(0, 2**-0.5, out.shape)),
+)
+
+
+def op_case(framework: str, mutant: OpMutant, dtype: str = "float32") -> Case:
+    """The benchmark's own quick case for the mutant's operator (eager)."""
+    spec = ops.get(mutant.op)
+    p = spec.shapes["quick"][0]
+    direction = "backward" if mutant.gate == "operator backward" else "forward"
+    return Case("op", spec.name, spec.family, direction, framework, "cpu", "eager", dtype, spec.label(p),
+                tuple(sorted(p.items())))
+
+
+@contextlib.contextmanager
+def op_applied(mutant: OpMutant, backend, case: Case) -> Iterator[None]:
+    """The backend's forward, backward or creation calls return the mutant's results inside the block."""
+    spec = ops.get(case.name)
+    image, kernel = backend.image_layout(case.device), backend.kernel_layout
+    inputs = [a.astype(np.float64) for a in execute.host_inputs(case.name, case.label, case.params, case.dtype)]
+
+    def native(a, kind):
+        return backend.from_numpy(to_native(np.asarray(a, dtype=np.float32), kind, image, kernel), case.device,
+                                  case.dtype)
+
+    def host(t, kind):
+        return from_native(backend.to_numpy(t), kind, image, kernel).astype(np.float64)
+
+    def forward(*args, **kwargs):
+        run = type(backend).forward(backend, *args, **kwargs)
+        return lambda: native(mutant.wrong(host(run(), spec.output_kind), inputs, case.p), spec.output_kind)
+
+    def backward(impl, p, args, argnums, cotangent, *rest, **kwargs):
+        run = type(backend).backward(backend, impl, p, args, argnums, cotangent, *rest, **kwargs)
+        kinds = [spec.args[i].kind for i in argnums]
+
+        def call():
+            out, grads = run()
+            ct = host(cotangent, spec.output_kind)
+            wrong = mutant.wrong([host(g, k) for g, k in zip(grads, kinds, strict=True)], [*inputs, ct], case.p)
+            return out, [native(g, k) for g, k in zip(wrong, kinds, strict=True)]
+
+        return call
+
+    def creation(*args, **kwargs):
+        run = type(backend).creation(backend, *args, **kwargs)
+        return lambda: native(mutant.wrong(host(run(), "plain"), inputs, case.p), "plain")
+
+    backend.forward, backend.backward, backend.creation = forward, backward, creation
+    try:
+        yield
+    finally:
+        del backend.forward, backend.backward, backend.creation
+
+
+def op_survives(mutant: OpMutant, framework: str, dtype: str = "float32") -> str | None:
+    """None when the operator gate catches the mutant; otherwise what the gate accepted."""
+    backend = backends.load(framework)
+    case = op_case(framework, mutant, dtype)
+    execute.require(case)
+    with op_applied(mutant, backend, case):
+        try:
+            prepared = execute.prepare(case, backend)
+            err = prepared.verify(prepared.call())
+        except AssertionError:  # CorrectnessError, and the creation check's own
+            return None
+    return f"passed with recorded error {err:.3g}"
+
+
 def main() -> None:
-    scores: dict[str, list[int]] = {}
+    """Mutation scores per gate: model mutants in float32, operator and creation mutants in every
+    dtype (16-bit results say which mutants that precision can and cannot show)."""
+    scores: dict[tuple[str, str], list[int]] = {}
     for framework in FRAMEWORKS:
         try:
             backends.load(framework)
         except backends.Unavailable as exc:
             print(f"{framework}: skipped ({exc})")
             continue
-        for mutant in MODEL_MUTANTS:
-            survived = model_survives(mutant, framework)
-            caught, total = scores.setdefault(mutant.gate, [0, 0])
-            scores[mutant.gate] = [caught + (survived is None), total + 1]
-            print(f"{mutant.gate:16} {framework:10} {mutant.name:36} {'caught' if survived is None else 'SURVIVED'}"
-                  f"{'' if survived is None else ': ' + survived}", flush=True)
+        runs = [(m.gate, "float32", m, lambda m=m, f=framework: model_survives(m, f)) for m in MODEL_MUTANTS]
+        runs += [(m.gate, dtype, m, lambda m=m, d=dtype, f=framework: op_survives(m, f, d))
+                 for dtype in ("float32", "float16", "bfloat16") for m in OP_MUTANTS]
+        for gate, dtype, mutant, survives in runs:
+            try:
+                survived = survives()
+            except backends.Unavailable:
+                continue
+            tally = scores.setdefault((gate, dtype), [0, 0])
+            tally[0], tally[1] = tally[0] + (survived is None), tally[1] + 1
+            print(f"{gate:17} {dtype:8} {framework:10} {mutant.name:42} "
+                  f"{'caught' if survived is None else 'SURVIVED: ' + survived}", flush=True)
     print()
-    for gate, (caught, total) in scores.items():
-        print(f"{gate}: {caught}/{total} mutants caught")
+    for (gate, dtype), (caught, total) in sorted(scores.items()):
+        print(f"{gate:17} {dtype:8} {caught:3}/{total:<3} mutants caught")
 
 
 if __name__ == "__main__":

@@ -18,3 +18,14 @@ def test_model_mutant_is_caught(mutant, framework):
         pytest.skip(str(exc))
     survived = mutants.model_survives(mutant, framework)
     assert survived is None, f"{mutant.gate} gate: {mutant.name} ({mutant.why}) {survived}"
+
+
+@pytest.mark.parametrize("framework", mutants.FRAMEWORKS)
+@pytest.mark.parametrize("mutant", mutants.OP_MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
+def test_operator_mutant_is_caught(mutant, framework):
+    try:
+        backends.load(framework)
+        survived = mutants.op_survives(mutant, framework)
+    except backends.Unavailable as exc:
+        pytest.skip(str(exc))
+    assert survived is None, f"{mutant.gate} gate: {mutant.name} ({mutant.why}) {survived}"

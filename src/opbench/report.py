@@ -52,7 +52,9 @@ def grid(runs: list[Run]) -> Grid:
         median = float(np.median(medians))
         flops = bench.extra.get("flops")
         cells[key] = Cell(median, float(np.median([b.iqr for b, _ in entries])),
-                          flops / median / 1e9 if flops else None, bench.extra.get("peak_gflops"))
+                          flops / median / 1e9 if flops else None,
+                          # %-of-peak only for exact FLOP counts (results before the flag: all)
+                          bench.extra.get("peak_gflops") if bench.extra.get("flops_exact", True) else None)
     rows = sorted({r for r, _ in cells})
     columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith("numpy"), c))
     return Grid(rows, columns, cells)

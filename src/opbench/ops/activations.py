@@ -31,6 +31,12 @@ def _softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+# Forward outputs are checked element by element to ULPS units of roundoff of |ref| + |x|
+# (softmax: of |ref| alone, each probability to its own precision): an element-wise function
+# rounds in proportion to its argument, so a slope, approximation or truncation error shows
+# wherever the output is small. Measured with benchmarks/tolerance_margins.py (README).
+ULPS = 64
+
 # name: (forward(x), derivative(x, y) with y = forward(x), nominal FLOPs per element)
 ELEMENTWISE = {
     "sigmoid": (_sigmoid, lambda x, y: y * (1 - y), 4),
@@ -67,6 +73,8 @@ def _elementwise_spec(name: str) -> OpSpec:
         shapes=SHAPES,
         label=_label,
         small=_small,
+        ulps=ULPS,
+        floor=lambda p, x: np.abs(x),
     )
 
 
@@ -91,6 +99,8 @@ register(
         shapes=SHAPES,
         label=_label,
         small=_small,
+        ulps=ULPS,
+        floor=lambda p, x: 0.0,
         notes="softmax over the last axis",
     )
 )

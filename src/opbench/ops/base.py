@@ -8,15 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from hypothesis import strategies as st
+
+if TYPE_CHECKING:
+    from hypothesis import strategies as st
 
 Params = Mapping[str, Any]
 
-# Relative tolerance by dtype: an output passes when max|out - ref| <= tol * max(1, max|ref|).
+# An output passes when every element is within rtol * (|ref| + floor) of the reference, in the
+# style of numpy.testing.assert_allclose with atol = rtol * floor. rtol by dtype (times the
+# operator's tol_scale) for operators that reduce; element-wise operators declare `ulps`, and
+# their rtol is that many units of roundoff of the dtype.
 TOLERANCE = {"float32": 5e-5, "float16": 2e-2, "bfloat16": 1e-1}
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+# The smallest normal number: below it a dtype keeps only an absolute precision, so every
+# element may also be off by this much (6.1e-5 for float16; float32 and bfloat16 share 1.2e-38).
+SMALLEST_NORMAL = {"float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-126}
 
 
 @dataclass(frozen=True)
@@ -43,12 +52,26 @@ class OpSpec:
     label: Callable[[Params], str]
     small: Callable[[], st.SearchStrategy[Params]]  # small problems for property tests
     vjp: Callable[..., tuple[np.ndarray, ...]] | None = None  # vjp(p, arrays, cotangent)
-    flops: Callable[[Params], float] | None = None  # nominal forward FLOPs
+    flops: Callable[[Params], float] | None = None  # forward FLOPs
+    # The FLOP count is exact (equal to torch.utils.flop_counter's for products and convolution)
+    # for the forward pass, and for the backward pass where backward_flops gives it; otherwise
+    # it is nominal, recorded as extra_info flops_exact=False and left out of %-of-peak.
+    flops_exact: bool = False
+    backward_flops: Callable[[Params], float] | None = None
     output_kind: str = "plain"
     creation: bool = False
     # A custom output check (random creation): check(p, host_inputs, out) -> error, raises on failure.
     check: Callable[..., float] | None = None
     tol_scale: float = 1.0
+    # Element-wise forward outputs: rtol = ulps x the dtype's unit roundoff (None: TOLERANCE).
+    ulps: float | None = None
+    # floor(p, *inputs) -> the per-element magnitude the forward output's rounding error scales
+    # with beside |ref| (e.g. |x| for activations); None: the RMS of the reference output.
+    floor: Callable[..., np.ndarray | float] | None = None
+    # Linear in each input (products, convolution, average pooling): the rounding error of every
+    # output and gradient element is bounded by the same operation on absolute values (Higham's
+    # |A||B| bound), which is then its floor: per element, however much the terms cancel.
+    linear: bool = False
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -62,17 +85,22 @@ class OpSpec:
 
     def cost(
         self, p: Params, direction: str, inputs: tuple[np.ndarray, ...], out_size: int, itemsize: int
-    ) -> tuple[float | None, float]:
-        """(FLOPs, bytes moved) of one call. The backward pass counts the forward pass plus one
-        product of the forward's size per input it differentiates (the usual 1 + n estimate)."""
+    ) -> tuple[float | None, float, bool]:
+        """(FLOPs, bytes moved, whether the FLOP count is exact) of one call. Without
+        backward_flops, the backward pass counts the forward pass plus one product of the
+        forward's size per input it differentiates (the nominal 1 + n estimate)."""
         flops = self.flops(p) if self.flops else None
+        exact = self.flops_exact and flops is not None
         in_elems = sum(a.size for a in inputs)
         if direction == "backward":
-            flops = flops * (1 + len(self.grad_argnums)) if flops else flops
+            if self.backward_flops:
+                flops = self.backward_flops(p)
+            else:
+                flops, exact = (flops * (1 + len(self.grad_argnums)) if flops else flops), False
             elems = in_elems + 2 * out_size + sum(inputs[i].size for i in self.grad_argnums)
         else:
             elems = in_elems + out_size
-        return flops, float(elems * itemsize)
+        return flops, float(elems * itemsize), exact
 
 
 REGISTRY: dict[str, OpSpec] = {}
@@ -87,6 +115,8 @@ def register(spec: OpSpec) -> OpSpec:
 
 def shape_strategy(**ranges: tuple[int, int]) -> st.SearchStrategy[dict[str, int]]:
     """A strategy of dicts with one integer per name, each drawn from its (low, high) range."""
+    from hypothesis import strategies as st  # only property tests need it: the plugin stays light
+
     return st.fixed_dictionaries({k: st.integers(lo, hi) for k, (lo, hi) in ranges.items()})
 
 
@@ -104,7 +134,17 @@ def max_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(out - ref))) if out.size else 0.0
 
 
-def allowed_error(ref: np.ndarray, dtype: str, scale: float = 1.0) -> float:
-    """The largest max|out - ref| accepted for `dtype`."""
-    magnitude = float(np.max(np.abs(ref))) if ref.size else 0.0
-    return TOLERANCE[dtype] * scale * max(1.0, magnitude)
+def rms(ref: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(ref)))) if np.size(ref) else 0.0
+
+
+def rtol(spec: OpSpec, dtype: str, forward: bool) -> float:
+    """The relative tolerance of one output of `spec` in `dtype` (gradients: always TOLERANCE)."""
+    if forward and spec.ulps is not None:
+        return min(spec.ulps * UNIT_ROUNDOFF[dtype], TOLERANCE[dtype])
+    return TOLERANCE[dtype] * spec.tol_scale
+
+
+def allowed_error(ref: np.ndarray, dtype: str, tol: float, floor: np.ndarray | float) -> np.ndarray:
+    """The largest |out - ref| accepted at each element."""
+    return tol * (np.abs(ref) + floor) + SMALLEST_NORMAL[dtype]

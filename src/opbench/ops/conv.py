@@ -7,7 +7,6 @@ it against a direct seven-loop convolution.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from opbench.ops.base import Arg, OpSpec, normal, register
 
@@ -64,13 +63,18 @@ def _conv(n, c, hw, o, k, stride, pad):
     return {"n": n, "c": c, "h": hw, "w": hw, "o": o, "k": k, "stride": stride, "pad": pad}
 
 
-@st.composite
-def _small(draw):
-    k = draw(st.integers(1, 3))
-    pad = draw(st.integers(0, k - 1))
-    hw = draw(st.integers(k, 7))
-    return _conv(draw(st.integers(1, 2)), draw(st.integers(1, 3)), hw, draw(st.integers(1, 4)), k,
-                 draw(st.integers(1, 2)), pad)
+def _small():
+    from hypothesis import strategies as st  # only property tests need it: the plugin stays light
+
+    @st.composite
+    def problems(draw):
+        k = draw(st.integers(1, 3))
+        pad = draw(st.integers(0, k - 1))
+        hw = draw(st.integers(k, 7))
+        return _conv(draw(st.integers(1, 2)), draw(st.integers(1, 3)), hw, draw(st.integers(1, 4)), k,
+                     draw(st.integers(1, 2)), pad)
+
+    return problems()
 
 
 def _flops(p):
@@ -91,6 +95,8 @@ register(
         reference=conv2d,
         vjp=conv2d_vjp,
         flops=_flops,
+        flops_exact=True,
+        backward_flops=lambda p: 3 * _flops(p),  # the forward, dx and dw: each the forward's products
         shapes={
             "quick": (_conv(16, 64, 32, 64, 3, 1, 1), _conv(16, 128, 16, 128, 3, 2, 1)),
             "full": (
@@ -104,6 +110,7 @@ register(
         label=lambda p: f"{p['n']}x{p['c']}x{p['h']}x{p['w']}-o{p['o']}-k{p['k']}-s{p['stride']}-p{p['pad']}",
         small=_small,
         tol_scale=2.0,
+        linear=True,
         notes="cross-correlation, as every framework defines conv2d; no bias",
     )
 )

@@ -6,6 +6,8 @@ or, for random normal, by shape, dtype and moments.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from opbench.cases import dims_label
@@ -26,9 +28,24 @@ def _label(p):
     return dims_label(*p["shape"])
 
 
+FALSE_REJECTION = 1e-6  # the chance that the shape test refuses a correct generator
+_PHI = np.frompyfunc(lambda v: 0.5 * (1.0 + math.erf(v / math.sqrt(2.0))), 1, 1)
+
+
+def ks_distance(samples: np.ndarray) -> float:
+    """Kolmogorov-Smirnov distance between the samples' empirical CDF and the standard normal's."""
+    x = np.sort(samples.reshape(-1))
+    cdf = _PHI(x).astype(np.float64)
+    n = x.size
+    return float(max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n)))
+
+
 def check_normal(p, host_inputs, out: np.ndarray) -> float:
     """Standard normal samples: right shape, finite, mean and standard deviation within 6 standard
-    errors of 0 and 1. Returns the larger of the two deviations."""
+    errors of 0 and 1, and the distribution's shape: the Kolmogorov-Smirnov distance to the normal
+    CDF within the Dvoretzky-Kiefer-Wolfowitz bound sqrt(ln(2 / a) / 2n) at a = FALSE_REJECTION
+    (uniform x sqrt(3) or +-1 samples have the right moments and fail here). Returns the largest
+    of the deviations."""
     shape = tuple(p["shape"])
     out = np.asarray(out, dtype=np.float64)  # moments of 16-bit samples overflow in 16 bits
     if out.shape != shape or not np.all(np.isfinite(out)):
@@ -38,7 +55,11 @@ def check_normal(p, host_inputs, out: np.ndarray) -> float:
     std_err = abs(float(out.std()) - 1.0)
     if n > 1 and (mean_err > 6 / np.sqrt(n) or std_err > 6 / np.sqrt(2 * n) + 0.01):
         raise AssertionError(f"not standard normal: mean {out.mean():.4f}, std {out.std():.4f} over {n} samples")
-    return max(mean_err, std_err)
+    distance, bound = ks_distance(out), math.sqrt(math.log(2 / FALSE_REJECTION) / (2 * n))
+    if distance > bound:
+        raise AssertionError(f"not normally distributed: Kolmogorov-Smirnov distance {distance:.4f} > "
+                             f"{bound:.4f} over {n} samples")
+    return max(mean_err, std_err, distance)
 
 
 for _name, _shapes, _as_list, _notes in (

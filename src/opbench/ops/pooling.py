@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from opbench.ops.base import Arg, OpSpec, normal, register
 from opbench.ops.conv import out_size, scatter_windows, windows
@@ -46,10 +45,16 @@ def _pool(n, c, hw, k, stride):
     return {"n": n, "c": c, "h": hw, "w": hw, "k": k, "stride": stride}
 
 
-@st.composite
-def _small(draw):
-    k = draw(st.integers(1, 3))
-    return _pool(draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(k, 9)), k, draw(st.integers(1, 3)))
+def _small():
+    from hypothesis import strategies as st  # only property tests need it: the plugin stays light
+
+    @st.composite
+    def problems(draw):
+        k = draw(st.integers(1, 3))
+        return _pool(draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(k, 9)), k,
+                     draw(st.integers(1, 3)))
+
+    return problems()
 
 
 SHAPES = {
@@ -67,9 +72,11 @@ for _name, _fwd, _vjp in (("maxpool2d", maxpool2d, maxpool2d_vjp), ("avgpool2d",
             make=lambda r, p: (normal(r, p["n"], p["c"], p["h"], p["w"]),),
             reference=_fwd,
             vjp=_vjp,
-            flops=lambda p: p["n"] * p["c"] * out_size(p["h"], p["k"], p["stride"], 0) ** 2 * p["k"] ** 2,
+            flops=lambda p: (p["n"] * p["c"] * out_size(p["h"], p["k"], p["stride"], 0)
+                             * out_size(p["w"], p["k"], p["stride"], 0) * p["k"] ** 2),
             shapes=SHAPES,
             label=lambda p: f"{p['n']}x{p['c']}x{p['h']}x{p['w']}-k{p['k']}-s{p['stride']}",
             small=_small,
+            linear=_name == "avgpool2d",
         )
     )

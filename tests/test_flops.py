@@ -1,0 +1,70 @@
+"""FLOP counts: exact where the suite says so (equal to torch.utils.flop_counter's for products
+and convolution, forward and backward), nominal elsewhere and then kept out of %-of-peak."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opbench import ops
+from opbench.report import grid
+from opbench.results import load_run
+from tests.helpers import bench, write
+
+PROBLEMS = {
+    "gemm": {"m": 8, "k": 16, "n": 4},
+    "bmm": {"b": 2, "m": 8, "k": 16, "n": 4},
+    "conv2d": {"n": 2, "c": 3, "h": 9, "w": 7, "o": 4, "k": 3, "stride": 2, "pad": 1},
+}
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_exact_counts_equal_torchs_flop_counter(name):
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec, p = ops.get(name), PROBLEMS[name]
+    xs = [torch.tensor(a, requires_grad=True) for a in spec.make(np.random.default_rng(0), p)]
+
+    def run():
+        if name == "conv2d":
+            return torch.nn.functional.conv2d(xs[0], xs[1], stride=p["stride"], padding=p["pad"])
+        return xs[0] @ xs[1]
+
+    with FlopCounterMode(display=False) as forward:
+        run()
+    with FlopCounterMode(display=False) as both:
+        y = run()
+        y.backward(torch.ones_like(y))
+    inputs = spec.make(np.random.default_rng(0), p)
+    assert spec.cost(p, "forward", inputs, 1, 4)[::2] == (forward.get_total_flops(), True)
+    assert spec.cost(p, "backward", inputs, 1, 4)[::2] == (both.get_total_flops(), True)
+
+
+def test_dot_backward_counts_the_work_done():
+    spec, p = ops.get("dot"), {"n": 100}
+    inputs = spec.make(np.random.default_rng(0), p)
+    assert spec.cost(p, "forward", inputs, 1, 4)[::2] == (200, True)
+    assert spec.cost(p, "backward", inputs, 1, 4)[::2] == (400, True)  # 2n forward, then ct*b and ct*a
+
+
+def test_pooling_counts_both_output_dimensions():
+    p = {"n": 1, "c": 1, "h": 8, "w": 4, "k": 2, "stride": 2}
+    assert ops.get("maxpool2d").flops(p) == 4 * 2 * 4
+
+
+@pytest.mark.parametrize("name", ["relu", "batch_norm", "layer_norm", "avgpool2d"])
+def test_nominal_counts_say_so(name):
+    spec = ops.get(name)
+    p = spec.shapes["quick"][0]
+    inputs = spec.make(np.random.default_rng(0), p)
+    assert spec.cost(p, "backward", inputs, 1, 4)[2] is False
+
+
+def test_report_leaves_nominal_counts_out_of_percent_of_peak(tmp_path):
+    path = write(tmp_path / "run.json", [bench("test_gemm[torch-cpu-eager-float32-64x64x64]", 1e-3),
+                                         bench("test_gemm[numpy-cpu-eager-float32-64x64x64]", 1e-3,
+                                               framework="numpy", flops_exact=False)])
+    cells = grid([load_run(path)]).cells
+    peaks = {col.split("/")[0]: c.peak for (_, col), c in cells.items()}
+    assert peaks == {"torch": 300.0, "numpy": None}
