@@ -30,7 +30,7 @@ from opbench.layout import from_native, to_native
 from opbench.models import catalogue
 from opbench.ops import activations, conv, normalization
 
-FRAMEWORKS = ("torch", "tensorflow", "mxnet")
+FRAMEWORKS = backends.taking_part("models")  # the frameworks under test; NumPy is the reference
 Params = dict[str, np.ndarray]
 
 

@@ -28,7 +28,7 @@ def test_framework_modes_filters_by_selected_modes():
 
 @pytest.mark.parametrize(
     "raw",
-    [{"framework": "caffe"}, {"device": "tpu"}, {"mode": "jit"}, {"dtype": "int8"}, {"profile": "quick,full"},
+    [{"framework": "caffe"}, {"device": "tpu"}, {"mode": "lazy"}, {"dtype": "int8"}, {"profile": "quick,full"},
      {"threads": "0"}, {"threads": "x"}, {"peak_gflops": "-1"}, {"roofline_slack": "abc"}, {"framework": ","},
      {"data_dir": "/no/such/folder"}],
 )

@@ -3,6 +3,8 @@ reported, and a timing faster than the machine can compute fails as implausible.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -148,7 +150,7 @@ def test_mxnet_gemm_without_sync_would_trip_the_guard():
     import time
 
     backend = backends.load("mxnet")
-    case = gemm_case(1024).replace(framework="mxnet")
+    case = dataclasses.replace(gemm_case(1024), framework="mxnet")
     prepared = execute.prepare(case, backend)
     ones = backend.from_numpy(np.ones((1024, 1024), np.float32), "cpu", "float32")
     run = backend.forward(backend.op("gemm"), case.p, [ones, ones], "eager", "cpu")

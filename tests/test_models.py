@@ -18,7 +18,7 @@ from opbench.models import catalogue, datasets, reference
 from opbench.models.native import nchw_dense_rows, nhwc_dense_rows
 from opbench.models.spec import count_params, init_params, param_shapes
 
-FRAMEWORKS = ("torch", "tensorflow", "mxnet")
+FRAMEWORKS = backends.taking_part("models")
 
 
 def load_or_skip(name: str):

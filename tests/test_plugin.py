@@ -7,17 +7,21 @@ import json
 
 import pytest
 
-from opbench import backends
+from opbench import backends, config
 
 BENCH = """
+import pytest
 from opbench.measure import measure
 
+@pytest.mark.opbench(op="gemm")
 def test_gemm(op_case, benchmark):
     measure(benchmark, op_case)
 
+@pytest.mark.opbench(op="gemm", direction="backward")
 def test_gemm_backward(op_case, benchmark):
     measure(benchmark, op_case)
 
+@pytest.mark.opbench(op="relu")
 def test_relu(op_case, benchmark):
     measure(benchmark, op_case)
 """
@@ -59,9 +63,9 @@ def test_env_variable_selects_framework(suite, monkeypatch):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--framework", "numpy,jax"], "unknown framework 'jax'; valid: numpy, torch, tensorflow, mxnet"),
+        (["--framework", "numpy,caffe"], f"unknown framework 'caffe'; valid: {', '.join(config.FRAMEWORKS)}"),
         (["--device", "tpu"], "unknown device 'tpu'; valid: cpu, gpu"),
-        (["--mode", "jit"], "unknown mode 'jit'; valid: eager, graph, xla, hybridize, compile"),
+        (["--mode", "lazy"], f"unknown mode 'lazy'; valid: {', '.join(config.MODES)}"),
         (["--dtype", "float64"], "unknown dtype 'float64'; valid: float32, float16, bfloat16"),
         (["--profile", "huge"], "unknown profile 'huge'; valid: quick, full"),
         (["--threads", "two"], "--threads takes whole numbers, got 'two'"),

@@ -242,11 +242,14 @@ def test_bootstrap_quantiles_match_the_full_ratio_table(k):
 
 INTERRUPTING = """
 import os
+import pytest
 from opbench.measure import measure
 
+@pytest.mark.opbench(op="gemm")
 def test_gemm(op_case, benchmark):
     measure(benchmark, op_case)
 
+@pytest.mark.opbench(op="relu")
 def test_relu(op_case, benchmark):
     calls = []
     def interrupted():
@@ -274,7 +277,8 @@ def test_ctrl_c_saves_what_finished_and_marks_the_run(pytester):
 
 
 def test_a_roofline_failure_leaves_no_timing(pytester):
-    pytester.makepyfile(test_bench="from opbench.measure import measure\n\n"
+    pytester.makepyfile(test_bench="import pytest\nfrom opbench.measure import measure\n\n"
+                                   "@pytest.mark.opbench(op='gemm')\n"
                                    "def test_gemm(op_case, benchmark):\n    measure(benchmark, op_case)\n")
     out = pytester.path / "run.json"
     result = pytester.runpytest_subprocess("--framework", "numpy", "-k", "256", "--peak-gflops", "0.001",
@@ -312,8 +316,10 @@ def test_numeric_settings_are_range_checked(pytester, monkeypatch, args, env, me
 
 SWEEP_BENCH = """
 import os, time
+import pytest
 from opbench.measure import measure
 
+@pytest.mark.opbench(op="relu")
 def test_relu(op_case, benchmark):
     if op_case.state.threads == 2:  # the second count: tell the test we are here, then wait for Ctrl-C
         open(os.environ["OPBENCH_TEST_MARK"], "w").close()

@@ -46,8 +46,10 @@ def test_next_number(tmp_path):
 
 def test_sweep_end_to_end(pytester: pytest.Pytester):
     pytester.makepyfile(test_b="""
+import pytest
 from opbench.measure import measure
 
+@pytest.mark.opbench(op="relu")
 def test_relu(op_case, benchmark):
     measure(benchmark, op_case)
 """)

@@ -1,59 +1,6 @@
-"""Activations operators: each test measures one operator over the selected frameworks, modes and sizes."""
+"""Activations operators: `test_<op>` and `test_<op>_backward` for every operator of family 'activation' in
+the registry (opbench.ops), each over the selected frameworks, modes, devices, dtypes and sizes."""
 
-from opbench.measure import measure
+from opbench.suite import operator_benchmarks
 
-
-def test_sigmoid(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_sigmoid_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_relu(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_relu_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_tanh(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_tanh_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_softplus(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_softplus_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_softsign(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_softsign_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_gelu(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_gelu_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_softmax(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_softmax_backward(op_case, benchmark):
-    measure(benchmark, op_case)
+globals().update(operator_benchmarks("activation"))

@@ -1,11 +1,6 @@
-"""Conv operators: each test measures one operator over the selected frameworks, modes and sizes."""
+"""Conv operators: `test_<op>` and `test_<op>_backward` for every operator of family 'conv' in
+the registry (opbench.ops), each over the selected frameworks, modes, devices, dtypes and sizes."""
 
-from opbench.measure import measure
+from opbench.suite import operator_benchmarks
 
-
-def test_conv2d(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_conv2d_backward(op_case, benchmark):
-    measure(benchmark, op_case)
+globals().update(operator_benchmarks("conv"))

@@ -1,19 +1,6 @@
-"""Creation operators: each test measures one operator over the selected frameworks, modes and sizes."""
+"""Creation operators: `test_<op>` and `test_<op>_backward` for every operator of family 'creation' in
+the registry (opbench.ops), each over the selected frameworks, modes, devices, dtypes and sizes."""
 
-from opbench.measure import measure
+from opbench.suite import operator_benchmarks
 
-
-def test_from_numpy(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_from_list(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_zeros(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_random_normal(op_case, benchmark):
-    measure(benchmark, op_case)
+globals().update(operator_benchmarks("creation"))

@@ -1,27 +1,6 @@
-"""Linalg operators: each test measures one operator over the selected frameworks, modes and sizes."""
+"""Linalg operators: `test_<op>` and `test_<op>_backward` for every operator of family 'linalg' in
+the registry (opbench.ops), each over the selected frameworks, modes, devices, dtypes and sizes."""
 
-from opbench.measure import measure
+from opbench.suite import operator_benchmarks
 
-
-def test_dot(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_dot_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_gemm(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_gemm_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_bmm(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_bmm_backward(op_case, benchmark):
-    measure(benchmark, op_case)
+globals().update(operator_benchmarks("linalg"))

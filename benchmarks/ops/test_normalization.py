@@ -1,27 +1,6 @@
-"""Normalization operators: each test measures one operator over the selected frameworks, modes and sizes."""
+"""Normalization operators: `test_<op>` and `test_<op>_backward` for every operator of family 'normalization' in
+the registry (opbench.ops), each over the selected frameworks, modes, devices, dtypes and sizes."""
 
-from opbench.measure import measure
+from opbench.suite import operator_benchmarks
 
-
-def test_l2_normalize(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_l2_normalize_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_batch_norm(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_batch_norm_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_layer_norm(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_layer_norm_backward(op_case, benchmark):
-    measure(benchmark, op_case)
+globals().update(operator_benchmarks("normalization"))

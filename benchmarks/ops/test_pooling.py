@@ -1,19 +1,6 @@
-"""Pooling operators: each test measures one operator over the selected frameworks, modes and sizes."""
+"""Pooling operators: `test_<op>` and `test_<op>_backward` for every operator of family 'pooling' in
+the registry (opbench.ops), each over the selected frameworks, modes, devices, dtypes and sizes."""
 
-from opbench.measure import measure
+from opbench.suite import operator_benchmarks
 
-
-def test_maxpool2d(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_maxpool2d_backward(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_avgpool2d(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_avgpool2d_backward(op_case, benchmark):
-    measure(benchmark, op_case)
+globals().update(operator_benchmarks("pooling"))

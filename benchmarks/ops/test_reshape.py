@@ -1,11 +1,6 @@
-"""Reshape operators: each test measures one operator over the selected frameworks, modes and sizes."""
+"""Reshape operators: `test_<op>` and `test_<op>_backward` for every operator of family 'reshape' in
+the registry (opbench.ops), each over the selected frameworks, modes, devices, dtypes and sizes."""
 
-from opbench.measure import measure
+from opbench.suite import operator_benchmarks
 
-
-def test_flatten(op_case, benchmark):
-    measure(benchmark, op_case)
-
-
-def test_flatten_backward(op_case, benchmark):
-    measure(benchmark, op_case)
+globals().update(operator_benchmarks("reshape"))

@@ -46,10 +46,6 @@ class Case:
         """The markers attached to this case's test item."""
         return (self.framework, self.device, self.mode, self.name, self.family, self.direction)
 
-    def replace(self, **changes: Any) -> Case:
-        values = {**self.__dict__, **changes}
-        return Case(**values)
-
 
 def dims_label(*dims: int, sep: str = "x") -> str:
     """Sizes joined as text: dims_label(2, 3) == '2x3'."""

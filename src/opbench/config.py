@@ -10,19 +10,17 @@ import math
 import os
 from dataclasses import dataclass
 
-FRAMEWORKS = ("numpy", "torch", "tensorflow", "mxnet")
+from opbench import backends
+
+# Every name below that concerns frameworks derives from the backends' declarations.
+FRAMEWORKS = tuple(backends.declared())
 DEVICES = ("cpu", "gpu")
 DTYPES = ("float32", "float16", "bfloat16")
 PROFILES = ("quick", "full")
 MALLOC_MODES = ("steady", "default")
 # The execution modes of each framework; known without importing any of them.
-FRAMEWORK_MODES = {
-    "numpy": ("eager",),
-    "torch": ("eager", "compile"),
-    "tensorflow": ("eager", "graph", "xla"),
-    "mxnet": ("eager", "hybridize"),
-}
-MODES = ("eager", "graph", "xla", "hybridize", "compile")
+FRAMEWORK_MODES = {name: f.modes for name, f in backends.declared().items()}
+MODES = tuple(dict.fromkeys(m for modes in FRAMEWORK_MODES.values() for m in modes))
 
 
 class ConfigError(ValueError):

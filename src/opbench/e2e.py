@@ -18,7 +18,7 @@ import numpy as np
 
 from opbench.backends.base import Backend
 from opbench.cases import Case
-from opbench.execute import CorrectnessError, Prepared
+from opbench.execute import CorrectnessError, Prepared, synchronised
 from opbench.models import catalogue, datasets, reference
 from opbench.models.spec import ModelSpec, Optimizer, count_params, init_params
 
@@ -161,12 +161,8 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
                 )
             return err
 
-    def call():
-        result = run()
-        backend.sync(case.device)
-        return result
-
-    extra = {"model": case.name, "batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
+    call = synchronised(run, backend, case.device)
+    extra = {"batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
              "data": "real" if data_dir else "synthetic"}
     prepared = Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
                         peak_memory=native.peak_memory)

@@ -111,6 +111,17 @@ def _capped(bound: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.minimum(bound, max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0)
 
 
+def synchronised(run: Callable[[], Any], backend: Backend, device: str) -> Callable[[], Any]:
+    """`run`, then wait for the device: what every timed call is."""
+
+    def call():
+        result = run()
+        backend.sync(device)
+        return result
+
+    return call
+
+
 def prepare(case: Case, backend: Backend) -> Prepared:
     """Build the callable and its verification for an operator case."""
     spec = ops.get(case.name)
@@ -174,11 +185,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                     errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f))
                 return max(errs)
 
-    def call():
-        result = run()
-        backend.sync(case.device)
-        return result
-
+    call = synchronised(run, backend, case.device)
     itemsize = 2 if case.dtype in ("float16", "bfloat16") else 4
     flops, nbytes, flops_exact = spec.cost(p, case.direction, exact, int(np.size(want)), itemsize)
     layout = image if any(a.kind == "image" for a in spec.args) else "-"

@@ -229,6 +229,7 @@ def measure(benchmark, bound) -> None:
     prepared = ready.prepared
     benchmark.group = case.group
     benchmark.extra_info.update(
+        {"op" if case.kind == "op" else "model": case.name}, direction=case.direction, family=case.family,
         framework=case.framework, framework_version=backend.version(), device=case.device, mode=case.mode,
         dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=ready.threads, flops=prepared.flops,
         bytes=prepared.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s, **prepared.extra,

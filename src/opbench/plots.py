@@ -14,14 +14,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from opbench.report import SWEEP
-from opbench.results import Bench, Run, replace_atomic
-
-GROUP = re.compile(r"^(?P<op>[^\[]+)\[(?P<where>[^-\]]+-[^-\]]+)-(?P<size>.+)\]$")
+from opbench.results import Bench, Identity, Run, replace_atomic
 
 
 def _benches(runs: list[Run]) -> list[Bench]:
     return [b for run in runs for b in run.benchmarks.values()]
+
+
+def _identified(runs: list[Run]) -> list[tuple[Bench, Identity]]:
+    """opbench's results with what each measured; thread sweeps are plotted on their own."""
+    return [(b, b.identity) for b in _benches(runs) if b.identity is not None and b.thread_sweep is None]
 
 
 def _save(fig, folder: Path, name: str) -> Path:
@@ -48,10 +50,8 @@ def fit_exponent(sizes, times) -> float | None:
 def bars_per_operator(runs: list[Run], folder: Path) -> list[Path]:
     """One grouped bar chart per operator and direction: sizes on x, a bar per framework/mode."""
     by_op: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    for b in _benches(runs):
-        m = GROUP.match(b.group)
-        if m and b.extra.get("framework") and not SWEEP.search(b.name):
-            by_op[f"{m['op']} {m['where']}"][m["size"]][b.column] = b.median
+    for b, who in _identified(runs):
+        by_op[f"{who.subject}-{who.direction} {who.where}"][who.size][b.column] = b.median
     return [_grouped_bars(folder, f"bars-{_slug(op)}.png", op, sizes) for op, sizes in sorted(by_op.items())]
 
 
@@ -75,10 +75,9 @@ def _grouped_bars(folder: Path, name: str, title: str, categories: dict[str, dic
 def scaling(runs: list[Run], folder: Path) -> list[Path]:
     """Time against FLOPs (or bytes) on log-log axes per operator, with each column's exponent."""
     by_op: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    for b in _benches(runs):
-        m = GROUP.match(b.group)
-        if m and _size(b) and not SWEEP.search(b.name):
-            by_op[f"{m['op']} {m['where']}"][b.column].append((_size(b), b.median))
+    for b, who in _identified(runs):
+        if _size(b):
+            by_op[f"{who.subject}-{who.direction} {who.where}"][b.column].append((_size(b), b.median))
     paths = []
     for op, columns in sorted(by_op.items()):
         if max(len({s for s, _ in pts}) for pts in columns.values()) < 2:
@@ -102,9 +101,8 @@ def thread_scaling(runs: list[Run], folder: Path) -> list[Path]:
     """Speedup over the fewest threads, per benchmark group, where a run swept thread counts."""
     curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for b in _benches(runs):
-        sweep = SWEEP.search(b.name)
-        if sweep:
-            curves[b.group][b.column].append((int(sweep.group(1)), b.median))
+        if b.thread_sweep is not None:
+            curves[b.group][b.column].append((b.thread_sweep, b.median))
     paths = []
     for group, columns in sorted(curves.items()):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -123,9 +121,9 @@ def thread_scaling(runs: list[Run], folder: Path) -> list[Path]:
 def training_steps(runs: list[Run], folder: Path) -> list[Path]:
     """Training-step time per model, a bar per framework/mode."""
     models: dict[str, dict[str, float]] = defaultdict(dict)
-    for b in _benches(runs):
-        if b.extra.get("model") and b.group.startswith(f"{b.extra['model']}-training") and not SWEEP.search(b.name):
-            models[b.extra["model"]][b.column] = b.median
+    for b, who in _identified(runs):
+        if who.kind == "model" and who.direction == "training":
+            models[who.subject][b.column] = b.median
     if not models:
         return []
     return [_grouped_bars(folder, "training-steps.png", "training-step time per model", models,

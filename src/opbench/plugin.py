@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from opbench import backends, ops
+from opbench import backends, ops, suite
 from opbench import config as cfg
 from opbench.backends.base import Backend, Unavailable
 from opbench.cases import Case
@@ -125,6 +125,7 @@ def marker_names() -> dict[str, str]:
     names |= {d: f"{d} pass" for d in DIRECTIONS}
     names |= {m: f"model {m}" for m in catalogue.MODELS}
     names |= {"e2e": "end-to-end model benchmark"}
+    names |= {f"{suite.MARKER}(op, direction)": "binds an op_case benchmark to an operator and direction"}
     return names
 
 
@@ -176,23 +177,13 @@ def _warmup_on_by_default(config: pytest.Config) -> None:
         bs.options["warmup"] = True
 
 
-def op_test_name(function_name: str) -> tuple[str, str]:
-    """test_gemm -> ("gemm", "forward"); test_gemm_backward -> ("gemm", "backward")."""
-    name = function_name.removeprefix("test_")
-    direction = "forward"
-    if name.endswith("_backward"):
-        name, direction = name.removesuffix("_backward"), "backward"
-    spec = ops.get(name)
-    if direction == "backward" and not spec.differentiable:
-        raise KeyError(f"operator {name!r} has no gradient")
-    return name, direction
-
-
 def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
     """Every case of operator `name` the settings select."""
     spec = ops.get(name)
     cases = []
     for framework in settings.frameworks:
+        if framework not in backends.taking_part("ops"):
+            continue
         for mode in settings.framework_modes(framework):
             if spec.creation and mode != "eager":
                 continue
@@ -206,16 +197,13 @@ def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
     return cases
 
 
-MODEL_FRAMEWORKS = ("torch", "tensorflow", "mxnet")  # NumPy is the models' reference, not a contender
-
-
 def model_cases(settings: Settings, direction: str) -> list[Case]:
     """Every model case the settings select for `direction` ("training" or "inference")."""
     cases = []
     for name, model in catalogue.MODELS.items():
         batch = model.batch[settings.profile]
         for framework in settings.frameworks:
-            if framework not in MODEL_FRAMEWORKS:
+            if framework not in backends.taking_part("models"):  # NumPy is the models' reference
                 continue
             for mode in settings.framework_modes(framework):
                 for device in settings.devices:
@@ -233,7 +221,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "op_case" in metafunc.fixturenames:
         state = metafunc.config.stash[STATE]
         try:
-            name, direction = op_test_name(metafunc.function.__name__)
+            name, direction = suite.binding(metafunc.definition.get_closest_marker(suite.MARKER))
         except KeyError as exc:
             raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
         metafunc.parametrize("op_case", as_params(op_cases(state.settings, name, direction)), indirect=True)

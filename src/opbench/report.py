@@ -3,15 +3,12 @@ model) as rows. Reads stored JSON only; never runs anything."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from opbench.compare import fmt_time, table
 from opbench.results import Bench, Run
-
-SWEEP = re.compile(r"@t(\d+)$")
 
 
 @dataclass
@@ -35,8 +32,8 @@ class Grid:
 
 
 def row_key(bench: Bench) -> str:
-    sweep = SWEEP.search(bench.name)
-    return f"{bench.group} @t{sweep.group(1)}" if sweep else bench.group
+    n = bench.thread_sweep
+    return f"{bench.group} @t{n}" if n is not None else bench.group
 
 
 def grid(runs: list[Run]) -> Grid:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,28 @@ DEFAULT_STORAGE = ".benchmarks"
 
 class ResultsError(Exception):
     """Results cannot be read or used; the message is one line for the terminal."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An opbench result's operator or model, direction, device, dtype and problem size."""
+
+    subject: str  # the operator or model name
+    kind: str  # "op" or "model"
+    direction: str
+    device: str
+    dtype: str
+    size: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.device}-{self.dtype}"
+
+
+_OLD_GROUP = re.compile(r"^(?P<subject>.+)-(?P<direction>forward|backward|training|inference)"
+                        r"\[(?P<device>[^-\]]+)-(?P<dtype>[^-\]]+)-(?P<size>.+)\]$")
+
+_OLD_SWEEP = re.compile(r"@t(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +57,28 @@ class Bench:
     min: float
     rounds: int
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> Identity | None:
+        """What was measured, from extra_info; None for a result that is not opbench's. Runs saved
+        before the fields existed have them parsed from the group, here and nowhere else."""
+        e = self.extra
+        if "direction" in e and ("op" in e or "model" in e):
+            return Identity(e.get("op") or e["model"], "op" if "op" in e else "model", e["direction"],
+                            e.get("device", ""), e.get("dtype", ""), str(e.get("shape", "")))
+        m = _OLD_GROUP.match(self.group) if "framework" in e else None
+        if m is None:
+            return None
+        kind = "model" if m["direction"] in ("training", "inference") else "op"
+        return Identity(m["subject"], kind, m["direction"], m["device"], m["dtype"], m["size"])
+
+    @property
+    def thread_sweep(self) -> int | None:
+        """The thread count of a result merged from a --threads sweep (None otherwise)."""
+        if "thread_sweep" in self.extra:
+            return int(self.extra["thread_sweep"])
+        old = _OLD_SWEEP.search(self.name)  # merged before the field existed
+        return int(old.group(1)) if old else None
 
     @property
     def column(self) -> str:

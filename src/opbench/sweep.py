@@ -43,7 +43,8 @@ def merge(runs: dict[int, dict]) -> dict:
     merged["benchmarks"] = []
     for n in counts:
         for bench in runs[n].get("benchmarks", []):
-            renamed = {**bench, "name": f"{bench['name']}@t{n}", "fullname": f"{bench['fullname']}@t{n}"}
+            renamed = {**bench, "name": f"{bench['name']}@t{n}", "fullname": f"{bench['fullname']}@t{n}",
+                       "extra_info": {**(bench.get("extra_info") or {}), "thread_sweep": n}}
             merged["benchmarks"].append(renamed)
     opbench = merged.setdefault("machine_info", {}).setdefault("opbench", {})
     opbench["thread_sweep"] = counts

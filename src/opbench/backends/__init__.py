@@ -1,21 +1,61 @@
 """Finding and loading framework backends without importing any framework up front.
 
-`installed(name)` asks importlib where the package would come from and imports nothing;
-`load(name)` imports the backend module (and with it the framework) on first use and turns any
-failure into an Unavailable carrying the reason.
+Every module of this package other than `base` and the `*_models` builders is one backend, and
+declares its framework as `FRAMEWORK = Framework(...)`. `declared()` reads those declarations
+from the modules' source (nothing is imported), so that adding a framework is adding its module;
+`installed(name)` asks importlib where the package would come from; `load(name)` imports the
+backend module (and with it the framework) on first use and turns any failure into an
+Unavailable carrying the reason.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import importlib.util
+import pkgutil
 import threading
+from pathlib import Path
 
-from opbench.backends.base import Backend, Unavailable
+from opbench.backends.base import Backend, Framework, Unavailable
 
-PACKAGES = {"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
-# Loaded first when installed: importing TensorFlow before torch can crash the process.
-LOAD_BEFORE = {"tensorflow": ("torch",)}
+_NOT_BACKENDS = ("base",)
+
+
+@functools.cache
+def declared() -> dict[str, Framework]:
+    """Every backend's Framework, by name, in their declared order."""
+    found = []
+    for module in pkgutil.iter_modules(__path__):
+        if module.name in _NOT_BACKENDS or module.name.endswith("_models"):
+            continue
+        path = Path(__path__[0]) / f"{module.name}.py"
+        framework = _declaration(ast.parse(path.read_text(encoding="utf-8")), path)
+        if framework.name != module.name:
+            raise ValueError(f"{path}: declares framework {framework.name!r}; the module must be named after it")
+        found.append(framework)
+    return {f.name: f for f in sorted(found, key=lambda f: (f.order, f.name))}
+
+
+def _declaration(tree: ast.Module, path: Path) -> Framework:
+    """The literal arguments of the module's top-level `FRAMEWORK = Framework(...)`."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FRAMEWORK"]
+                and isinstance(node.value, ast.Call) and not node.value.args):
+            try:
+                return Framework(**{k.arg: ast.literal_eval(k.value) for k in node.value.keywords})
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{path}: FRAMEWORK = Framework(...) takes literal keyword arguments: {exc}") from None
+    raise ValueError(f"{path}: a backend module declares FRAMEWORK = Framework(...) at its top level")
+
+
+def taking_part(suite: str) -> tuple[str, ...]:
+    """The frameworks that take part in `suite` ("ops" or "models")."""
+    return tuple(name for name, f in declared().items() if suite in f.suites)
+
+
+PACKAGES = {name: f.package for name, f in declared().items()}
 
 _loaded: dict[str, Backend | Unavailable] = {}
 _lock = threading.Lock()
@@ -33,7 +73,7 @@ def load(name: str) -> Backend:
     """The backend for framework `name`; raises Unavailable with the reason it cannot be used."""
     with _lock:
         if name not in _loaded:
-            for first in LOAD_BEFORE.get(name, ()):
+            for first in declared()[name].load_before:
                 if first not in _loaded and installed(first):
                     _loaded[first] = _import(first)
             _loaded[name] = _import(name)
@@ -54,9 +94,4 @@ def _import(name: str) -> Backend | Unavailable:
         return Unavailable(f"{name} failed to import: {type(exc).__name__}: {first_line}")
 
 
-def loaded() -> dict[str, Backend]:
-    """The backends loaded so far in this process."""
-    return {k: v for k, v in _loaded.items() if isinstance(v, Backend)}
-
-
-__all__ = ["Backend", "Unavailable", "installed", "load", "loaded"]
+__all__ = ["Backend", "Framework", "Unavailable", "declared", "installed", "load", "taking_part"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,12 +17,40 @@ import numpy as np
 Call = Callable[[], Any]
 
 
+@dataclass(frozen=True)
+class Framework:
+    """What opbench knows of a framework before importing it. Every backend module declares one
+    as `FRAMEWORK = Framework(...)` with literal arguments, read from its source by
+    opbench.backends.declared() without running it; names, modes, markers, options and the test
+    lists all derive from these declarations."""
+
+    name: str  # the id part, marker and --framework value
+    title: str  # how people write it: "PyTorch"
+    package: str  # the import name, looked up without importing
+    modes: tuple[str, ...]  # its execution modes, the first one plain op-by-op execution
+    order: int  # its place in listings (NumPy, the reference, first)
+    compiled: tuple[str, ...] = ()  # modes that compile per input shape
+    suites: tuple[str, ...] = ("ops", "models")  # "ops": operators, "models": the end-to-end suite
+    load_before: tuple[str, ...] = ()  # frameworks imported first when installed (import-order crashes)
+
+
 class Backend(abc.ABC):
     """One framework. Operator implementations are looked up by the operator's name."""
 
-    name: str
-    modes: tuple[str, ...]
+    framework: Framework
     kernel_layout = "OIHW"
+
+    @property
+    def name(self) -> str:
+        return self.framework.name
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return self.framework.modes
+
+    def no_mode(self, mode: str) -> Unavailable:
+        """The error for a mode this backend does not have (never a silent eager run)."""
+        return Unavailable(f"{self.name} has no mode {mode!r}; its modes: {', '.join(self.modes)}")
 
     @abc.abstractmethod
     def version(self) -> str: ...

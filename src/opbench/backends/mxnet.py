@@ -20,7 +20,9 @@ with warnings.catch_warnings():
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from opbench.backends.base import Backend, Call
+from opbench.backends.base import Backend, Call, Framework
+
+FRAMEWORK = Framework(name="mxnet", title="MXNet", package="mxnet", modes=("eager", "hybridize"), order=3)
 
 _DTYPES = {"float32": "float32", "float16": "float16"}
 
@@ -49,8 +51,7 @@ class _Block(gluon.HybridBlock):
 
 
 class MxnetBackend(Backend):
-    name = "mxnet"
-    modes = ("eager", "hybridize")
+    framework = FRAMEWORK
 
     def __init__(self) -> None:
         self._threads: int | None = None
@@ -107,7 +108,9 @@ class MxnetBackend(Backend):
             block = _Block(impl, p, self._ctx(device))
             block.hybridize(static_alloc=True, static_shape=True)
             return block
-        return lambda *xs: impl(mx.nd, p, *xs)
+        if mode == "eager":
+            return lambda *xs: impl(mx.nd, p, *xs)
+        raise self.no_mode(mode)
 
     def forward(self, impl, p, args, mode, device) -> Call:
         fn = self._bind(impl, p, mode, device)
@@ -138,6 +141,8 @@ class MxnetBackend(Backend):
     def build(self, model, params, device, dtype, mode):
         from opbench.backends import mxnet_models
 
+        if mode not in self.modes:
+            raise self.no_mode(mode)
         return mxnet_models.MxnetModel(model, params, device, dtype, mode, self._ctx(device))
 
     def info(self) -> dict[str, Any]:

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from opbench import ops
-from opbench.backends.base import Backend, Call
+from opbench.backends.base import Backend, Call, Framework
+
+FRAMEWORK = Framework(name="numpy", title="NumPy", package="numpy", modes=("eager",), order=0, suites=("ops",))
 
 _DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -50,8 +52,7 @@ class NumpyOp:
 
 
 class NumpyBackend(Backend):
-    name = "numpy"
-    modes = ("eager",)
+    framework = FRAMEWORK
 
     def __init__(self) -> None:
         self._blas = _OpenBLAS()
@@ -93,9 +94,14 @@ class NumpyBackend(Backend):
         return None
 
     def forward(self, impl, p, args, mode, device) -> Call:
+        if mode != "eager":
+            raise self.no_mode(mode)
         return lambda: impl(p, *args)
 
     def backward(self, impl, p, args, argnums, cotangent, mode, device) -> Call:
+        if mode != "eager":
+            raise self.no_mode(mode)
+
         def call():
             out = impl(p, *args)
             grads = impl.spec.vjp(p, tuple(args), cotangent)

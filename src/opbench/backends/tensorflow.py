@@ -13,7 +13,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
-from opbench.backends.base import Backend, Call
+from opbench.backends.base import Backend, Call, Framework
+
+FRAMEWORK = Framework(name="tensorflow", title="TensorFlow", package="tensorflow", modes=("eager", "graph", "xla"),
+                      order=2, compiled=("xla",), load_before=("torch",))
 
 _DTYPES = {"float32": tf.float32, "float16": tf.float16, "bfloat16": tf.bfloat16}
 _DEVICES = {"cpu": "/CPU:0", "gpu": "/GPU:0"}
@@ -23,8 +26,7 @@ tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
 class TensorflowBackend(Backend):
-    name = "tensorflow"
-    modes = ("eager", "graph", "xla")
+    framework = FRAMEWORK
     kernel_layout = "HWIO"
 
     def version(self) -> str:
@@ -71,7 +73,9 @@ class TensorflowBackend(Backend):
             return tf.function(fn, autograph=False)
         if mode == "xla":
             return tf.function(fn, autograph=False, jit_compile=True)
-        return fn
+        if mode == "eager":
+            return fn
+        raise self.no_mode(mode)
 
     def forward(self, impl, p, args, mode, device) -> Call:
         fn = self._mode(lambda *xs: impl(p, *xs), mode)

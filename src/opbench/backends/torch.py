@@ -8,7 +8,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from opbench.backends.base import Backend, Call
+from opbench.backends.base import Backend, Call, Framework
+
+FRAMEWORK = Framework(name="torch", title="PyTorch", package="torch", modes=("eager", "compile"), order=1,
+                      compiled=("compile",))
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _DEVICES = {"cpu": "cpu", "gpu": "cuda"}
@@ -21,8 +24,7 @@ torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
 class TorchBackend(Backend):
-    name = "torch"
-    modes = ("eager", "compile")
+    framework = FRAMEWORK
 
     def version(self) -> str:
         return torch.__version__
@@ -61,7 +63,9 @@ class TorchBackend(Backend):
         if mode == "compile":
             torch._dynamo.reset()
             return torch.compile(fn, dynamic=False, fullgraph=fullgraph)
-        return fn
+        if mode == "eager":
+            return fn
+        raise self.no_mode(mode)
 
     def forward(self, impl, p, args, mode, device) -> Call:
         fn = self._mode(lambda *xs: impl(p, *xs), mode)
@@ -90,6 +94,7 @@ class TorchBackend(Backend):
     def build(self, model, params, device, dtype, mode):
         from opbench.backends import torch_models
 
+        self._mode(lambda: None, mode)  # an unknown mode is an error here, not an eager model
         if mode == "compile":
             torch._dynamo.reset()
         compile_fn = (lambda fn: torch.compile(fn, dynamic=False)) if mode == "compile" else (lambda fn: fn)

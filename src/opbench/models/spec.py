@@ -11,10 +11,11 @@ Canonical parameter layouts (what `init_params` makes and every builder maps fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
+
+from opbench.ops.conv import out_size
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,6 @@ class ModelSpec:
     batch: dict[str, int]  # per profile
     dataset: str  # "mnist", "cifar10", "imdb": what --data-dir data it reads
     notes: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def classes(self) -> int:
@@ -92,11 +92,10 @@ def output_shape(layer: Layer, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (layer.units,)
     if isinstance(layer, Conv2D):
         c, h, w = shape
-        size = lambda s: (s + 2 * layer.pad - layer.kernel) // layer.stride + 1
-        return (layer.filters, size(h), size(w))
+        return (layer.filters, *(out_size(s, layer.kernel, layer.stride, layer.pad) for s in (h, w)))
     if isinstance(layer, Pool2D):
         c, h, w = shape
-        return (c, (h - layer.size) // layer.stride + 1, (w - layer.size) // layer.stride + 1)
+        return (c, *(out_size(s, layer.size, layer.stride, 0) for s in (h, w)))
     if isinstance(layer, Flatten):
         return (int(np.prod(shape)),)
     if isinstance(layer, LSTM):

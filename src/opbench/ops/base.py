@@ -51,6 +51,9 @@ class OpSpec:
     shapes: Mapping[str, tuple[Params, ...]]  # per profile
     label: Callable[[Params], str]
     small: Callable[[], st.SearchStrategy[Params]]  # small problems for property tests
+    # One small problem for the property tests of compiled modes, whose examples then reuse one
+    # compilation (None: creation operators, measured in eager mode only).
+    fixed: Params | None = None
     vjp: Callable[..., tuple[np.ndarray, ...]] | None = None  # vjp(p, arrays, cotangent)
     flops: Callable[[Params], float] | None = None  # forward FLOPs
     # The FLOP count is exact (equal to torch.utils.flop_counter's for products and convolution)

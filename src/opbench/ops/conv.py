@@ -109,6 +109,7 @@ register(
         },
         label=lambda p: f"{p['n']}x{p['c']}x{p['h']}x{p['w']}-o{p['o']}-k{p['k']}-s{p['stride']}-p{p['pad']}",
         small=_small,
+        fixed={"n": 2, "c": 3, "h": 7, "w": 7, "o": 4, "k": 3, "stride": 2, "pad": 1},
         tol_scale=2.0,
         linear=True,
         notes="cross-correlation, as every framework defines conv2d; no bias",

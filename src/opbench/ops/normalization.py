@@ -94,6 +94,7 @@ register(
         shapes=_ROWS,
         label=lambda p: dims_label(p["n"], p["d"]),
         small=lambda: shape_strategy(n=(1, 6), d=(2, 40)),
+        fixed={"n": 4, "d": 9},
         notes="each row divided by its Euclidean norm",
     )
 )
@@ -114,6 +115,7 @@ register(
         },
         label=lambda p: dims_label(p["n"], p["c"], p["h"], p["w"]),
         small=lambda: shape_strategy(n=(2, 4), c=(1, 4), h=(2, 5), w=(2, 5)),
+        fixed={"n": 3, "c": 2, "h": 4, "w": 5},
         tol_scale=5.0,
         extra={"eps": EPS},
         notes="training mode: batch statistics over N, H, W per channel; eps 1e-5; half the channels of variance 1e-2",
@@ -132,6 +134,7 @@ register(
         shapes=_ROWS,
         label=lambda p: dims_label(p["n"], p["d"]),
         small=lambda: shape_strategy(n=(1, 6), d=(2, 40)),
+        fixed={"n": 4, "d": 9},
         tol_scale=5.0,
         extra={"eps": EPS},
         notes="over the last axis; eps 1e-5; every other row of variance 1e-2",

@@ -62,7 +62,8 @@ SHAPES = {
     "full": (_pool(32, 64, 32, 2, 2), _pool(32, 64, 112, 3, 2), _pool(128, 256, 16, 2, 2)),
 }
 
-for _name, _fwd, _vjp in (("maxpool2d", maxpool2d, maxpool2d_vjp), ("avgpool2d", avgpool2d, avgpool2d_vjp)):
+for _name, _fwd, _vjp, _fixed in (("maxpool2d", maxpool2d, maxpool2d_vjp, _pool(2, 3, 8, 2, 2)),
+                                   ("avgpool2d", avgpool2d, avgpool2d_vjp, _pool(2, 3, 9, 3, 2))):
     register(
         OpSpec(
             name=_name,
@@ -77,6 +78,7 @@ for _name, _fwd, _vjp in (("maxpool2d", maxpool2d, maxpool2d_vjp), ("avgpool2d",
             shapes=SHAPES,
             label=lambda p: f"{p['n']}x{p['c']}x{p['h']}x{p['w']}-k{p['k']}-s{p['stride']}",
             small=_small,
+            fixed=_fixed,
             linear=_name == "avgpool2d",
         )
     )

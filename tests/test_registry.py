@@ -1,0 +1,162 @@
+"""The registries are the one source of truth: frameworks come from the backend modules'
+declarations, operator benchmarks from the operator registry, and the README agrees with both."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from opbench import backends, config, execute, ops, suite
+from opbench.backends import Unavailable
+from opbench.cases import Case
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+DECLARED = backends.declared()
+
+
+def test_every_backend_module_is_a_declared_framework():
+    modules = {p.stem for p in (ROOT / "src/opbench/backends").glob("*.py")
+               if p.stem not in ("__init__", "base") and not p.stem.endswith("_models")}
+    assert set(DECLARED) == modules
+    assert config.FRAMEWORKS == tuple(DECLARED) and config.FRAMEWORKS[0] == "numpy"
+    assert set(config.MODES) == {m for f in DECLARED.values() for m in f.modes}
+    assert all(set(f.compiled) <= set(f.modes) and f.modes[0] == "eager" for f in DECLARED.values())
+
+
+def _load_or_skip(name: str):
+    try:
+        return backends.load(name)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("name", list(DECLARED))
+def test_the_declaration_read_from_source_is_the_one_the_module_runs_with(name):
+    backend = _load_or_skip(name)
+    module = importlib.import_module(f"opbench.backends.{name}")
+    assert module.FRAMEWORK == DECLARED[name]
+    assert backend.name == name and backend.modes == DECLARED[name].modes
+
+
+def _case(op: str, direction: str, framework: str, mode: str) -> Case:
+    spec = ops.get(op)
+    return Case("op", op, spec.family, direction, framework, "cpu", mode, "float32", "fixed",
+                tuple(sorted(spec.fixed.items())))
+
+
+@pytest.mark.parametrize("name, mode", [(n, m) for n, f in DECLARED.items() for m in f.modes])
+def test_every_declared_mode_is_implemented(name, mode):
+    """A declared mode computes the right forward and backward results through the suite's own
+    preparation and check; its models build (for frameworks in the model suite)."""
+    backend = _load_or_skip(name)
+    for op, direction in (("relu", "forward"), ("gemm", "backward")):
+        prepared = execute.prepare(_case(op, direction, name, mode), backend)
+        assert prepared.verify(prepared.call()) >= 0
+
+
+@pytest.mark.parametrize("name", list(DECLARED))
+def test_an_undeclared_mode_is_an_error_not_an_eager_run(name):
+    backend = _load_or_skip(name)
+    with pytest.raises(Unavailable, match=f"{name} has no mode 'lazy'"):
+        execute.prepare(_case("relu", "forward", name, "lazy"), backend)
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("import os\n", "declares FRAMEWORK = Framework"),
+        ("FRAMEWORK = Framework(name=NAME, title='x', package='x', modes=('eager',), order=9)\n", "literal"),
+        ("FRAMEWORK = Framework(name='x', modes=('eager',))\n", "literal"),
+    ],
+)
+def test_a_broken_declaration_is_one_clear_error(source, message):
+    with pytest.raises(ValueError, match=message):
+        backends._declaration(ast.parse(source), Path("fake.py"))
+
+
+def _benchmark_functions() -> dict[tuple[str, str], str]:
+    """(operator, direction) -> the benchmark test bound to it, over benchmarks/ops."""
+    bound = {}
+    for path in sorted((ROOT / "benchmarks/ops").glob("test_*.py")):
+        namespace: dict = {}
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        for name, fn in namespace.items():
+            if name.startswith("test_"):
+                marks = [m for m in getattr(fn, "pytestmark", []) if m.name == suite.MARKER]
+                op, direction = suite.binding(marks[0] if marks else None)
+                assert (op, direction) not in bound, f"{op} {direction} has two benchmarks"
+                bound[op, direction] = f"{path.name}::{name}"
+    return bound
+
+
+def test_every_registered_operator_has_its_benchmarks():
+    bound = _benchmark_functions()
+    wanted = {(name, d) for name, spec in ops.REGISTRY.items() for d in suite.directions(spec)}
+    assert set(bound) == wanted, f"missing: {sorted(wanted - set(bound))}"
+    assert bound["gemm", "backward"] == "test_linalg.py::test_gemm_backward"  # ids as they always were
+
+
+def test_an_unbound_or_misbound_benchmark_is_a_usage_error(pytester):
+    pytester.makepyfile(test_b="""
+from opbench.measure import measure
+
+def test_gemm(op_case, benchmark):
+    measure(benchmark, op_case)
+""", test_c="""
+import pytest
+from opbench.measure import measure
+
+@pytest.mark.opbench(op="zeros", direction="backward")
+def test_zeros_grad(op_case, benchmark):
+    measure(benchmark, op_case)
+""")
+    result = pytester.runpytest_inprocess("--framework", "numpy", "--benchmark-disable", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error: nothing runs
+    result.stdout.fnmatch_lines(["*test_gemm: bind it to an operator with @pytest.mark.opbench(op=..., direction=...)",
+                                 "*test_zeros_grad: operator 'zeros' has no 'backward' benchmark*"])
+
+
+def test_a_hand_written_benchmark_binds_under_any_name(pytester):
+    pytester.makepyfile(test_b="""
+import pytest
+from opbench.measure import measure
+
+@pytest.mark.opbench(op="gemm", direction="backward")
+def test_gemm_nt(op_case, benchmark):
+    measure(benchmark, op_case)
+""")
+    result = pytester.runpytest_inprocess("--framework", "numpy", "--benchmark-disable", "-p", "no:cacheprovider",
+                                          "-k", "256")
+    result.assert_outcomes(passed=1)
+
+
+# --- the README agrees with the registries ---------------------------------------------------
+
+
+def _backticked(text: str) -> set[str]:
+    return set(re.findall(r"`([a-z0-9_]+)`", text))
+
+
+def test_readme_options_table_lists_the_frameworks_and_modes():
+    framework_row = next(line for line in README.splitlines() if line.startswith("| `--framework`"))
+    mode_row = next(line for line in README.splitlines() if line.startswith("| `--mode`"))
+    assert f"`{','.join(config.FRAMEWORKS)}`" in framework_row
+    assert f"`{','.join(config.MODES)}`" in mode_row
+
+
+def test_readme_markers_list_every_framework_mode_family_and_operator():
+    listed = _backticked(README.split("### Test ids, groups and markers")[1].split("###")[0])
+    assert set(config.FRAMEWORKS) <= listed and set(config.MODES) <= listed
+    assert set(ops.FAMILIES) <= listed and set(ops.REGISTRY) <= listed
+
+
+def test_readme_execution_modes_table_has_one_row_per_declared_mode():
+    section = README.split("### Execution modes")[1].split("\n\n")[1]
+    rows = {tuple(cell.strip(" `") for cell in line.strip("|").split("|")[:2])
+            for line in section.splitlines()[2:]}
+    assert rows == {(f.title, m) for f in DECLARED.values() for m in f.modes}
