@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.compare import STATISTICS, compare
 from opbench.measure import INJECT
-from opbench.results import Run, load_run
-from opbench.stats import Rule
+from opbench.results.compare import STATISTICS, compare
+from opbench.results.stats import Rule
+from opbench.results.store import Run, load_run
 
 FLAGGED = ("regression", "improvement")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from opbench.measure import INJECT
-from opbench.paired_stats import spread
+from opbench.results.paired_stats import spread
 
 FLAGGED = ("regression", "improvement")
 METRICS = {"fastest round": "log_ratio", "mean wall": "mean_log_ratio", "mean CPU": "cpu_log_ratio"}

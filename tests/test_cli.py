@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from opbench import cli, upgrade
-from opbench.compare import compare, environment_diff
-from opbench.results import load_run
+from opbench import cli
+from opbench.results import upgrade
+from opbench.results.compare import compare, environment_diff
+from opbench.results.store import load_run
 
 from .helpers import bench, gemm_runs, write
 
@@ -164,7 +165,7 @@ def test_html_and_png_output(tmp_path):
 
 
 def test_scaling_exponent():
-    from opbench.plots import fit_exponent
+    from opbench.results.plots import fit_exponent
 
     assert fit_exponent([1, 10, 100], [2, 20, 200]) == pytest.approx(1.0)
     assert fit_exponent([1, 10, 100], [1, 100, 10000]) == pytest.approx(2.0)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from opbench import ops
-from opbench.report import grid
-from opbench.results import load_run
+from opbench.results.report import grid
+from opbench.results.store import load_run
 from tests.helpers import bench, write
 
 PROBLEMS = {

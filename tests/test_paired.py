@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opbench import paired_results
-from opbench import paired_stats as ps
-from opbench.pairs import PairedGate, Plan, Side
-from opbench.stats import Rule
-from opbench.workers import WorkerDied, WorkerHung, WorkerProcess
+from opbench.results import paired_results
+from opbench.results import paired_stats as ps
+from opbench.results.pairs import PairedGate, Plan, Side
+from opbench.results.stats import Rule
+from opbench.results.workers import WorkerDied, WorkerHung, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = (Side("baseline", sys.executable, dict(os.environ)), Side("candidate", sys.executable, dict(os.environ)))
@@ -267,7 +267,7 @@ def test_the_budget_stops_the_extension(tmp_path):
 
 
 def test_saved_sides_are_pytest_benchmark_documents_that_compare_reads(tmp_path):
-    from opbench.results import load_run
+    from opbench.results.store import load_run
 
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {}})
     paths = paired_results.save(gate, tmp_path)
@@ -317,7 +317,8 @@ def test_a_dying_worker_reports_its_last_words(tmp_path):
 
 
 def test_the_real_worker_answers_the_protocol(tmp_path):
-    w = WorkerProcess("baseline", [sys.executable, "-m", "opbench.worker"], dict(os.environ), tmp_path / "w.log")
+    w = WorkerProcess("baseline", [sys.executable, "-m", "opbench.results.worker"], dict(os.environ),
+                      tmp_path / "w.log")
     try:
         ids = w.ask({"cmd": "collect", "args": [str(ROOT / "benchmarks/ops/test_activations.py"), "-m",
                                                  "torch and relu and eager and forward"]}, 300)

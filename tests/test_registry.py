@@ -160,3 +160,15 @@ def test_readme_execution_modes_table_has_one_row_per_declared_mode():
     rows = {tuple(cell.strip(" `") for cell in line.strip("|").split("|")[:2])
             for line in section.splitlines()[2:]}
     assert rows == {(f.title, m) for f in DECLARED.values() for m in f.modes}
+
+
+def test_readme_layout_names_every_module_and_only_existing_ones():
+    block = README.split("## Layout")[1].split("```")[1]
+    named = set(re.findall(r"([a-z0-9_]+\.py)\b", block))
+    package = ROOT / "src/opbench"
+    modules = {p.name for folder in (package, package / "results", package / "backends")
+               for p in folder.glob("*.py") if p.name != "__init__.py"}
+    modules |= {p.name for p in package.glob("models/*.py") if p.name != "__init__.py"}
+    assert modules <= named, f"not in the README's layout: {sorted(modules - named)}"
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} | {"mutants.py", "test_mutants.py", "__init__.py"}
+    assert named <= modules | scripts, f"in the layout but not in the tree: {sorted(named - modules - scripts)}"

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opbench import cli, upgrade
-from opbench.results import load_run, write_json_atomic, write_text_atomic
+from opbench import cli
+from opbench.results import upgrade
+from opbench.results.store import load_run, write_json_atomic, write_text_atomic
 
 from .helpers import bench, document, gemm_runs, write
 
@@ -158,7 +159,7 @@ def test_atomic_writes_respect_the_umask(tmp_path):
 
 
 def test_plots_are_written_atomically(tmp_path, monkeypatch):
-    from opbench import plots
+    from opbench.results import plots
 
     run = load_run(write(tmp_path / "r.json", [bench(f"test_gemm[torch-cpu-eager-float32-{s}x{s}x{s}]", 1e-4 * s,
                                                      group=f"gemm-forward[cpu-float32-{s}x{s}x{s}]")
@@ -212,7 +213,7 @@ def test_malformed_data_files_are_one_line_data_errors(tmp_path, case):
 def test_bootstrap_memory_stays_bounded_at_k_100():
     import tracemalloc
 
-    from opbench.stats import ratio_of_medians
+    from opbench.results.stats import ratio_of_medians
 
     r = np.random.default_rng(0)
     base, cand = 1 + 0.02 * r.standard_normal(100), 1.1 + 0.02 * r.standard_normal(100)
@@ -226,7 +227,7 @@ def test_bootstrap_memory_stays_bounded_at_k_100():
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 8])
 def test_bootstrap_quantiles_match_the_full_ratio_table(k):
-    from opbench.stats import _quantile_of_ratio, median_distribution
+    from opbench.results.stats import _quantile_of_ratio, median_distribution
 
     r = np.random.default_rng(k)
     (bm, bp), (cm, cp) = median_distribution(list(r.uniform(1, 2, k))), median_distribution(list(r.uniform(1, 2, k)))

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from opbench.stats import Ratio, Rule, median_distribution, ratio_of_medians, verdict
+from opbench.results.stats import Ratio, Rule, median_distribution, ratio_of_medians, verdict
 
 
 @pytest.mark.parametrize("values", [[3.0], [2.0, 1.0], [1.0, 5.0, 2.0], [4.0, 1.0, 3.0, 2.0], [5, 1, 4, 2, 3],

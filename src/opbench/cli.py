@@ -14,11 +14,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from opbench.compare import STATISTICS
-from opbench.results import DEFAULT_STORAGE, ResultsError, resolve
-from opbench.stats import CONFIDENCE
-from opbench.upgrade import DEFAULT_RUNS
-from opbench.workers import WorkerFailure
+from opbench.results.compare import STATISTICS
+from opbench.results.stats import CONFIDENCE
+from opbench.results.store import DEFAULT_STORAGE, ResultsError, resolve
+from opbench.results.upgrade import DEFAULT_RUNS
+from opbench.results.workers import WorkerFailure
 
 USAGE_ERROR = 2
 
@@ -29,8 +29,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _rules(args) -> tuple:
-    from opbench.compare import parse_rule
-    from opbench.stats import Rule
+    from opbench.results.compare import parse_rule
+    from opbench.results.stats import Rule
 
     default = Rule(margin=args.margin / 100, threshold=args.threshold / 100)
     return default, [parse_rule(r) for r in args.rule]
@@ -57,7 +57,7 @@ def writable_file(path: Path, option: str) -> None:
 
 
 def cmd_report(args) -> int:
-    from opbench import report
+    from opbench.results import report
 
     if args.html:
         writable_file(Path(args.html), "--html")
@@ -67,7 +67,7 @@ def cmd_report(args) -> int:
     text = report.format_text(runs, markdown=args.markdown)
     print(text)
     if args.html or args.plots:
-        from opbench import htmlpage, plots
+        from opbench.results import htmlpage, plots
 
         if args.html:
             images = htmlpage.write(runs, Path(args.html), Path(args.plots) if args.plots else None)
@@ -79,7 +79,7 @@ def cmd_report(args) -> int:
 
 
 def _compare_and_print(baseline, candidate, args) -> int:
-    from opbench.compare import compare, format_text
+    from opbench.results.compare import compare, format_text
 
     default, rules = _rules(args)
     result = compare(baseline, candidate, default, rules, args.statistic, args.confidence / 100)
@@ -100,8 +100,8 @@ def _workdir(args) -> Path:
 
 
 def cmd_upgrade_check(args) -> int:
-    from opbench import upgrade
-    from opbench.results import load_run
+    from opbench.results import upgrade
+    from opbench.results.store import load_run
 
     workdir = _workdir(args)
     if args.design == "paired":
@@ -123,9 +123,9 @@ def cmd_ab(args) -> int:
 
 def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) -> int:
     """Run the paired gate between two interpreters and print the comparison (exit 0/1)."""
-    from opbench import paired_results, upgrade
-    from opbench.compare import format_text, rule_for
-    from opbench.pairs import SIDES, PairedGate, Plan, Side
+    from opbench.results import paired_results, upgrade
+    from opbench.results.compare import format_text, rule_for
+    from opbench.results.pairs import SIDES, PairedGate, Plan, Side
 
     if not args.pytest_args:
         raise ResultsError("give the benchmarks to compare after '--', e.g. -- benchmarks/ops -m 'torch and gemm'")
@@ -147,7 +147,7 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
 
 
 def _paired_options(p: argparse.ArgumentParser) -> None:
-    from opbench.pairs import Plan
+    from opbench.results.pairs import Plan
 
     p.add_argument("--budget", type=_positive, default=Plan.budget_s / 60, metavar="MINUTES",
                    help="time after which undecided benchmarks get no more worker pairs (default %(default)g)")

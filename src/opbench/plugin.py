@@ -330,7 +330,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     bs = getattr(config, "_benchmarksession", None)
     if bs is None or bs.disabled or not bs.benchmarks:
         return
-    from opbench.summary import lines
+    from opbench.results.summary import lines
 
     for line in lines(bs):
         terminalreporter.write_line(line)

@@ -32,7 +32,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from opbench.stats import Ratio, Rule, verdict
+from opbench.results.stats import Ratio, Rule, verdict
 
 RESAMPLES = 4000
 MIN_TAIL = 20  # bootstrap draws needed beyond each end of a percentile interval

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opbench.compare import fmt_time, table
-from opbench.results import Bench, Run
+from opbench.results.compare import fmt_time, table
+from opbench.results.store import Bench, Run
 
 
 @dataclass

@@ -16,7 +16,7 @@ import time
 import venv
 from pathlib import Path
 
-from opbench.results import ResultsError
+from opbench.results.store import ResultsError
 
 # runs per side: the K at which benchmarks/gate_quality.py measured the gate's quality (README)
 DEFAULT_RUNS = 7

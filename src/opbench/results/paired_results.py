@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 from pytest_benchmark.stats import Stats
 
-from opbench import paired_stats as ps
-from opbench.compare import Comparison, Row, environment_diff
-from opbench.pairs import SIDES, PairedGate, Record
-from opbench.results import Run, write_text_atomic
+from opbench.results import paired_stats as ps
+from opbench.results.compare import Comparison, Row, environment_diff
+from opbench.results.pairs import SIDES, PairedGate, Record
+from opbench.results.store import Run, write_text_atomic
 
 STATISTIC = "burst min"
 

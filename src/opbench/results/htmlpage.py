@@ -7,8 +7,8 @@ import html
 import tempfile
 from pathlib import Path
 
-from opbench import plots, report
-from opbench.results import Run, write_text_atomic
+from opbench.results import plots, report
+from opbench.results.store import Run, write_text_atomic
 
 STYLE = """
 body { font-family: sans-serif; margin: 2em; }

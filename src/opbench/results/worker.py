@@ -3,7 +3,7 @@ collects the selection with pytest, prepares one benchmark at a time exactly as 
 (the same Case, inputs, thread pinning, NumPy check and first call) and times short bursts of it
 on request.
 
-Run as `python -m opbench.worker`. Requests come as JSON lines on stdin and replies go as JSON
+Run as `python -m opbench.results.worker`. Requests come as JSON lines on stdin and replies go as JSON
 lines on the original stdout; everything else the frameworks print goes to stderr, so that it
 cannot corrupt the protocol. Every reply has "ok"; a failed request has a one-line "error".
 """

@@ -1,4 +1,4 @@
-"""The coordinator's end of a worker (opbench.worker): start one in a given interpreter, send it
+"""The coordinator's end of a worker (opbench.results.worker): start one in a given interpreter, send it
 requests, read its replies with a deadline, and make sure nothing is left running.
 
 A worker that exits raises WorkerDied, one that misses its deadline is killed (with its whole
@@ -38,7 +38,7 @@ def last_line(path: Path) -> str:
 
 
 class WorkerProcess:
-    """One live worker: `python -m opbench.worker` of an environment, its stderr in `log`."""
+    """One live worker: `python -m opbench.results.worker` of an environment, its stderr in `log`."""
 
     def __init__(self, side: str, command: list[str], env: dict[str, str], log: Path) -> None:
         self.side, self.log = side, log

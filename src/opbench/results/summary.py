@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opbench import report
-from opbench.compare import compare, format_text
-from opbench.compare import table as text_table
-from opbench.results import ResultsError, Run, _bench, load_run
+from opbench.results import report
+from opbench.results.compare import compare, format_text
+from opbench.results.compare import table as text_table
+from opbench.results.store import ResultsError, Run, _bench, load_run
 
 
 def session_run(bs) -> Run:

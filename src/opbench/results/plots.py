@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from opbench.results import Bench, Identity, Run, replace_atomic
+from opbench.results.store import Bench, Identity, Run, replace_atomic
 
 
 def _benches(runs: list[Run]) -> list[Bench]:

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.results import ResultsError, Run
-from opbench.stats import CONFIDENCE, Ratio, Rule, ratio_of_medians, verdict
+from opbench.results.stats import CONFIDENCE, Ratio, Rule, ratio_of_medians, verdict
+from opbench.results.store import ResultsError, Run
 
 STATISTICS = ("min", "median")  # the per-run time a comparison uses, default first
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench import paired_stats as ps
-from opbench.stats import CONFIDENCE, Rule
-from opbench.workers import WorkerFailure, WorkerProcess
+from opbench.results import paired_stats as ps
+from opbench.results.stats import CONFIDENCE, Rule
+from opbench.results.workers import WorkerFailure, WorkerProcess
 
 SIDES = ("baseline", "candidate")
 WARM_UP_S = 0.1  # per side, untimed, after calibration
@@ -101,7 +101,7 @@ class Pair:
         self.number, self.workers, self.ids = number, {}, {}
         try:
             for side in sides:
-                w = spawn(side.name, [side.python, "-m", "opbench.worker"], side.env,
+                w = spawn(side.name, [side.python, "-m", "opbench.results.worker"], side.env,
                           folder / f"worker-{number:02d}-{side.name}.log")
                 self.workers[side.name] = w
                 reply = w.ask({"cmd": "collect", "args": pytest_args}, timeout)
