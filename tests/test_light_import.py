@@ -8,7 +8,7 @@ import sys
 import opbench, opbench.plugin, opbench.config, opbench.cases, opbench.ops, opbench.backends
 from opbench import backends
 assert backends.installed("numpy")
-heavy = [m for m in ("torch", "tensorflow", "mxnet") if m in sys.modules]
+heavy = [m for m in set(backends.PACKAGES.values()) - {"numpy"} if m in sys.modules]
 print(",".join(heavy))
 """
 
