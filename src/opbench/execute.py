@@ -144,7 +144,10 @@ def prepare(case: Case, backend: Backend) -> Prepared:
         def verify(result):
             got = backend.to_numpy(result)
             if spec.check:
-                return spec.check(p, exact, got)
+                try:
+                    return spec.check(p, exact, got)
+                except AssertionError as exc:  # the check's own failure is a correctness failure like any
+                    raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: {exc}") from None
             return _compare("output", got, want, case, out_tol, floor)
     else:
         native = [

@@ -63,6 +63,15 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         reason="NumPy's var() of a float16 array sums the squares in float16 over 32768 elements per channel: "
         "the sum passes 65504, overflows to inf, and the normalised output collapses to beta",
     ),
+    KnownIssue(
+        framework="jax",
+        versions=("0.7.",),
+        names=("random_normal",),
+        dtypes=("bfloat16",),
+        reason="jax.random.normal in bfloat16 draws its uniform variates in bfloat16 (a 2^-8 grid) before the "
+        "inverse CDF: over five keys of 2^20 samples the mean is -0.011 to -0.013 (12 standard errors) and "
+        "no sample passes about +-2.9; float32 samples are unbiased",
+    ),
 )
 
 
