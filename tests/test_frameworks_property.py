@@ -19,7 +19,8 @@ def _items(compiled: bool):
         for framework in backends.taking_part("ops"):
             declared = backends.declared()[framework]
             for mode in declared.modes:
-                if (spec.creation and mode != "eager") or (mode in declared.compiled) != compiled:
+                # creation operators run eager only, on Hypothesis' problems (they have no fixed one)
+                if (spec.creation and mode != "eager") or (mode in declared.compiled and not spec.creation) != compiled:
                     continue
                 for direction in directions:
                     yield pytest.param(name, framework, mode, direction, id=f"{name}-{direction}-{framework}-{mode}")

@@ -27,7 +27,7 @@ class Framework:
     name: str  # the id part, marker and --framework value
     title: str  # how people write it: "PyTorch"
     package: str  # the import name, looked up without importing
-    modes: tuple[str, ...]  # its execution modes, the first one plain op-by-op execution
+    modes: tuple[str, ...]  # its execution modes, the first one plain op-by-op execution (named "eager")
     order: int  # its place in listings (NumPy, the reference, first)
     compiled: tuple[str, ...] = ()  # modes that compile per input shape
     suites: tuple[str, ...] = ("ops", "models")  # "ops": operators, "models": the end-to-end suite
