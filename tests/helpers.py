@@ -1,10 +1,23 @@
-"""Synthetic pytest-benchmark documents for the report and comparison tests."""
+"""Shared test helpers: a framework's backend or a skip, and synthetic pytest-benchmark documents
+for the report and comparison tests."""
 
 from __future__ import annotations
 
 import itertools
 import json
 from pathlib import Path
+
+import pytest
+
+from opbench import backends
+
+
+def load_or_skip(name: str) -> backends.Backend:
+    """The backend of framework `name`, or this test skipped with the reason it cannot run."""
+    try:
+        return backends.load(name)
+    except backends.Unavailable as exc:
+        pytest.skip(str(exc))
 
 _RUN_NUMBER = itertools.count()  # every document a distinct run, as real runs are (their datetime differs)
 

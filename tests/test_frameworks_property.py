@@ -8,21 +8,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opbench import backends, execute, ops
+from opbench import backends, execute, ops, suite
 from opbench.backends import Unavailable
 from opbench.cases import Case
 
 
 def _items(compiled: bool):
     for name, spec in ops.REGISTRY.items():
-        directions = ("forward", "backward") if spec.differentiable else ("forward",)
         for framework in backends.taking_part("ops"):
             declared = backends.declared()[framework]
             for mode in declared.modes:
                 # creation operators run eager only, on Hypothesis' problems (they have no fixed one)
                 if (spec.creation and mode != "eager") or (mode in declared.compiled and not spec.creation) != compiled:
                     continue
-                for direction in directions:
+                for direction in suite.directions(spec):
                     yield pytest.param(name, framework, mode, direction, id=f"{name}-{direction}-{framework}-{mode}")
 
 

@@ -17,15 +17,9 @@ from opbench.known_issues import KNOWN_ISSUES
 from opbench.models import catalogue, datasets, reference
 from opbench.models.native import nchw_dense_rows, nhwc_dense_rows
 from opbench.models.spec import count_params, init_params, param_shapes
+from tests.helpers import load_or_skip
 
 FRAMEWORKS = backends.taking_part("models")
-
-
-def load_or_skip(name: str):
-    try:
-        return backends.load(name)
-    except backends.Unavailable as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("name", list(catalogue.MODELS))

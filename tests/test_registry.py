@@ -13,6 +13,7 @@ import pytest
 from opbench import backends, config, execute, ops, suite
 from opbench.backends import Unavailable
 from opbench.cases import Case
+from tests.helpers import load_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -28,16 +29,9 @@ def test_every_backend_module_is_a_declared_framework():
     assert all(set(f.compiled) <= set(f.modes) and f.modes[0] == "eager" for f in DECLARED.values())
 
 
-def _load_or_skip(name: str):
-    try:
-        return backends.load(name)
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.mark.parametrize("name", list(DECLARED))
 def test_the_declaration_read_from_source_is_the_one_the_module_runs_with(name):
-    backend = _load_or_skip(name)
+    backend = load_or_skip(name)
     module = importlib.import_module(f"opbench.backends.{name}")
     assert module.FRAMEWORK == DECLARED[name]
     assert backend.name == name and backend.modes == DECLARED[name].modes
@@ -53,7 +47,7 @@ def _case(op: str, direction: str, framework: str, mode: str) -> Case:
 def test_every_declared_mode_is_implemented(name, mode):
     """A declared mode computes the right forward and backward results through the suite's own
     preparation and check; its models build (for frameworks in the model suite)."""
-    backend = _load_or_skip(name)
+    backend = load_or_skip(name)
     for op, direction in (("relu", "forward"), ("gemm", "backward")):
         prepared = execute.prepare(_case(op, direction, name, mode), backend)
         assert prepared.verify(prepared.call()) >= 0
@@ -61,7 +55,7 @@ def test_every_declared_mode_is_implemented(name, mode):
 
 @pytest.mark.parametrize("name", list(DECLARED))
 def test_an_undeclared_mode_is_an_error_not_an_eager_run(name):
-    backend = _load_or_skip(name)
+    backend = load_or_skip(name)
     with pytest.raises(Unavailable, match=f"{name} has no mode 'lazy'"):
         execute.prepare(_case("relu", "forward", name, "lazy"), backend)
 

@@ -186,8 +186,9 @@ class _Ops:
     @staticmethod
     def random_normal(p, device, dtype):
         """Fresh samples every call: the key is split as a JAX program would (the split is timed)."""
-        state = _Ops._keys.setdefault(device, [jax.device_put(jax.random.key(0), device)])
-        state[0], sub = jax.random.split(state[0])
+        if device not in _Ops._keys:
+            _Ops._keys[device] = jax.device_put(jax.random.key(0), device)
+        _Ops._keys[device], sub = jax.random.split(_Ops._keys[device])
         return jax.random.normal(sub, p["shape"], dtype)
 
     _keys: dict = {}

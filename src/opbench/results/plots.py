@@ -23,7 +23,7 @@ def _benches(runs: list[Run]) -> list[Bench]:
 
 def _identified(runs: list[Run]) -> list[tuple[Bench, Identity]]:
     """opbench's results with what each measured; thread sweeps are plotted on their own."""
-    return [(b, b.identity) for b in _benches(runs) if b.identity is not None and b.thread_sweep is None]
+    return [(b, who) for b in _benches(runs) if (who := b.identity) is not None and b.thread_sweep is None]
 
 
 def _save(fig, folder: Path, name: str) -> Path:
