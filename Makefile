@@ -8,10 +8,12 @@ PYTEST := $(BIN)/pytest
 BENCH_ARGS ?=
 # `make test` leaves JAX's VGG models and its eager training benchmarks to `make bench` (eager JAX
 # compiles every primitive on first use: about 3.5 minutes here; tests/test_models.py still checks
-# eager training of mlp, lenet and lstm); `make test-full` checks everything.
-QUICK ?= -k "not (jax and (vgg or (eager and training)))"
+# eager training of mlp, lenet and lstm), and checks the distributed benchmarks at 2 workers with the
+# global batch split (every engine, rule and model; the 1-worker and weak-scaling cases are the same
+# code on other batch sizes, left to `make bench-distributed`); `make test-full` checks everything.
+QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and (weak or w1))"
 
-.PHONY: venv test test-full bench report lint clean
+.PHONY: venv test test-full bench bench-distributed report lint clean
 
 venv: $(STAMP)
 
@@ -34,6 +36,13 @@ test-full:
 
 bench: venv
 	$(PYTEST) benchmarks/ops benchmarks/e2e --benchmark-autosave --benchmark-max-time=0.5 \
+	  --benchmark-group-by=group --benchmark-sort=name \
+	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
+
+# Data-parallel training on each framework's own engine, 1 and 2 workers (OPBENCH_WORKERS), strong and
+# weak scaling; saved like `make bench`, and `opbench report` adds the scaling table.
+bench-distributed: venv
+	$(PYTEST) benchmarks/distributed --benchmark-autosave --benchmark-max-time=1 \
 	  --benchmark-group-by=group --benchmark-sort=name \
 	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
 

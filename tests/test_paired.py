@@ -19,7 +19,7 @@ from opbench.results import paired_results
 from opbench.results import paired_stats as ps
 from opbench.results.pairs import PairedGate, Plan, Side
 from opbench.results.stats import Rule
-from opbench.results.workers import WorkerDied, WorkerHung, WorkerProcess
+from opbench.workers import WorkerDied, WorkerHung, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = (Side("baseline", sys.executable, dict(os.environ)), Side("candidate", sys.executable, dict(os.environ)))

@@ -160,7 +160,7 @@ def test_readme_layout_names_every_module_and_only_existing_ones():
     block = README.split("## Layout")[1].split("```")[1]
     named = set(re.findall(r"([a-z0-9_]+\.py)\b", block))
     package = ROOT / "src/opbench"
-    modules = {p.name for folder in (package, package / "results", package / "backends")
+    modules = {p.name for folder in (package, package / "results", package / "backends", package / "distributed")
                for p in folder.glob("*.py") if p.name != "__init__.py"}
     modules |= {p.name for p in package.glob("models/*.py") if p.name != "__init__.py"}
     assert modules <= named, f"not in the README's layout: {sorted(modules - named)}"

@@ -18,7 +18,7 @@ from opbench.results.compare import STATISTICS
 from opbench.results.stats import CONFIDENCE
 from opbench.results.store import DEFAULT_STORAGE, ResultsError, resolve
 from opbench.results.upgrade import DEFAULT_RUNS
-from opbench.results.workers import WorkerFailure
+from opbench.workers import WorkerFailure
 
 USAGE_ERROR = 2
 

@@ -120,6 +120,11 @@ OPTIONS = (
     Option("peak_gflops", "measure", "roofline ceiling in GFLOP/s ('measure': NumPy fp32 GEMM at session start)"),
     Option("roofline_slack", "3.0", "a result above peak x slack fails as implausible"),
     Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
+    Option("workers", ",".join(str(w) for w in (1, 2) if w <= default_threads()),
+           "data-parallel workers per node for benchmarks/distributed (comma list), one core and one "
+           "intra-op thread each"),
+    Option("dist_timeout", "300", "seconds a distributed worker may take to answer one request (a training "
+           "step, the gate) before it counts as hung"),
     Option("malloc", "default", "CPU allocator: default (glibc's own thresholds) or steady (freed memory stays in "
            "the heap: no page faults per call)"),
 )
@@ -139,6 +144,8 @@ class Settings:
     roofline_slack: float = 3.0
     data_dir: str = ""
     malloc: str = "default"
+    workers: tuple[int, ...] = (1, 2)
+    dist_timeout: float = 300.0
 
     def framework_modes(self, framework: str) -> tuple[str, ...]:
         """The selected modes that `framework` has."""
@@ -171,4 +178,6 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1.0),
         data_dir=values["data_dir"],
         malloc=parse_one(values["malloc"], MALLOC_MODES, "malloc"),
+        workers=parse_threads(values["workers"], sources["workers"]),
+        dist_timeout=parse_positive(values["dist_timeout"], sources["dist_timeout"]),
     )

@@ -43,7 +43,7 @@ def _reference_forward(name: str, batch: int, data_dir: str) -> tuple[np.ndarray
 
 
 @functools.lru_cache(maxsize=4)
-def _reference_sgd(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int) -> tuple[list, list]:
+def reference_sgd(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int) -> tuple[list, list]:
     """NumPy's losses over `steps` plain-SGD steps at GATE_LR from the initial weights, and the
     parameters before the first step and after each."""
     model = catalogue.get(name)
@@ -57,7 +57,7 @@ def _reference_sgd(name: str, batch: int, data_dir: str, steps: int, lstm_biases
     return losses, trajectory
 
 
-def _close(what: str, got: float, want: float) -> float:
+def check_loss(what: str, got: float, want: float) -> float:
     err = abs(got - want)
     if not np.isfinite(got) or err > LOSS_RTOL * max(1.0, abs(want)):
         raise CorrectnessError(f"{what}: {got:.6g} != NumPy {want:.6g}")
@@ -92,13 +92,13 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
     parameter tensor with NumPy's. Returns the worst relative update error."""
     model = catalogue.get(case.name)
     batch = case.p["batch"]
-    want_losses, trajectory = _reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases)
+    want_losses, trajectory = reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases)
     sgd = Optimizer("sgd", GATE_LR)
     before, worst = native.get_params(), 0.0
     for i, want in enumerate(want_losses):
         x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
         got = _scalar(backend, native.train_step(x, y, sgd)())
-        _close(f"{case.framework} {case.mode} {case.name}: SGD step {i} loss", got, want)
+        check_loss(f"{case.framework} {case.mode} {case.name}: SGD step {i} loss", got, want)
         after = native.get_params()
         worst = max(worst, check_update(case, i, before, after, trajectory[i], trajectory[i + 1]))
         before = after
@@ -148,7 +148,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
 
         def verify(result) -> float:
             got = _scalar(backend, result)
-            return max(param_err, _close(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss))
+            return max(param_err, check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss))
     else:
         run = native.infer(x)
 

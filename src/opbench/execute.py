@@ -47,15 +47,21 @@ class Prepared:
         return {"samples_per_s": self.items / seconds, "batches_per_s": 1 / seconds}
 
 
-def require(case: Case) -> Backend:
-    """The backend that runs `case`; raises Unavailable with the reason when it cannot run here."""
-    backend = backends.load(case.framework)
-    if case.mode not in backend.modes:
-        raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
-    if case.device == "gpu":
+def require_framework(framework: str, device: str) -> Backend:
+    """The framework's backend, loaded; raises Unavailable when it or the device is not here."""
+    backend = backends.load(framework)
+    if device == "gpu":
         reason = backend.gpu_unavailable()
         if reason:
             raise Unavailable(reason)
+    return backend
+
+
+def require(case: Case) -> Backend:
+    """The backend that runs `case`; raises Unavailable with the reason when it cannot run here."""
+    backend = require_framework(case.framework, case.device)
+    if case.mode not in backend.modes:
+        raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
     if case.dtype not in backend.dtypes(case.device):
         raise Unavailable(f"{case.framework} does not compute in {case.dtype} on the {case.device}")
     if case.kind == "model" and case.dtype != "float32":

@@ -16,6 +16,8 @@ from opbench import config as cfg
 from opbench.backends.base import Backend, Unavailable
 from opbench.cases import Case
 from opbench.config import ConfigError, Settings
+from opbench.distributed.cases import dist_cases
+from opbench.distributed.engines import ENGINES
 from opbench.models import catalogue
 
 STATE = pytest.StashKey["State"]()
@@ -125,6 +127,11 @@ def marker_names() -> dict[str, str]:
     names |= {d: f"{d} pass" for d in DIRECTIONS}
     names |= {m: f"model {m}" for m in catalogue.MODELS}
     names |= {"e2e": "end-to-end model benchmark"}
+    names |= {"distributed": "data-parallel training over several worker processes"}
+    names |= {e.name: f"distributed engine: {e.title}" for e in ENGINES.values()}
+    names |= {r: f"{r}hronous parameter updates" for e in ENGINES.values() for r in e.rules}
+    names |= {"strong": "strong scaling: the global batch stays as workers grow",
+              "weak": "weak scaling: each worker's batch stays as workers grow"}
     names |= {f"{suite.MARKER}(op, direction)": "binds an op_case benchmark to an operator and direction"}
     return names
 
@@ -231,6 +238,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if direction not in ("training", "inference"):
             raise pytest.UsageError(f"{metafunc.function.__name__}: model tests are test_training or test_inference")
         metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction)), indirect=True)
+    if "dist_case" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        metafunc.parametrize("dist_case", as_params(dist_cases(state.settings)), indirect=True)
 
 
 @dataclass
@@ -271,7 +281,20 @@ def model_case(request: pytest.FixtureRequest) -> Bound:
     return _bind(request)
 
 
-FIXTURES = ("op_case", "model_case")
+@pytest.fixture
+def dist_case(request: pytest.FixtureRequest) -> Bound:
+    """The distributed case of this test item (its workers start in the benchmark, not here)."""
+    from opbench import execute
+
+    case = request.param
+    try:
+        backend = execute.require_framework(case.framework, case.device)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    return Bound(case, backend, request.config.stash[STATE])
+
+
+FIXTURES = ("op_case", "model_case", "dist_case")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -42,6 +42,14 @@ class _Net(nn.Module):
         return x
 
 
+def torch_optimizer(params, optimizer: Optimizer) -> torch.optim.Optimizer:
+    """The spec's optimizer over `params`, fresh (no state)."""
+    params = list(params)
+    if optimizer.name == "sgd":
+        return torch.optim.SGD(params, lr=optimizer.lr)
+    return torch.optim.Adam(params, lr=optimizer.lr, betas=(optimizer.beta1, optimizer.beta2), eps=optimizer.eps)
+
+
 class TorchModel(NativeModel):
     lstm_biases = 2
 
@@ -65,11 +73,7 @@ class TorchModel(NativeModel):
         return call
 
     def train_step(self, x, y, optimizer: Optimizer):
-        params = list(self.net.parameters())
-        if optimizer.name == "sgd":
-            opt = torch.optim.SGD(params, lr=optimizer.lr)
-        else:
-            opt = torch.optim.Adam(params, lr=optimizer.lr, betas=(optimizer.beta1, optimizer.beta2), eps=optimizer.eps)
+        opt = torch_optimizer(self.net.parameters(), optimizer)
 
         def call():
             opt.zero_grad(set_to_none=True)

@@ -28,7 +28,7 @@ import numpy as np
 
 from opbench.results import paired_stats as ps
 from opbench.results.stats import CONFIDENCE, Rule
-from opbench.results.workers import WorkerFailure, WorkerProcess
+from opbench.workers import WorkerFailure, WorkerProcess
 
 SIDES = ("baseline", "candidate")
 WARM_UP_S = 0.1  # per side, untimed, after calibration

@@ -1,5 +1,6 @@
-"""The coordinator's end of a worker (opbench.results.worker): start one in a given interpreter, send it
-requests, read its replies with a deadline, and make sure nothing is left running.
+"""The coordinator's end of a worker process (the paired gate's opbench.results.worker, a
+distributed benchmark's opbench.distributed.worker): start one, send it requests as JSON lines,
+read its replies with a deadline, and make sure nothing is left running.
 
 A worker that exits raises WorkerDied, one that misses its deadline is killed (with its whole
 process group) and raises WorkerHung; both messages are one line naming the side.
@@ -41,6 +42,7 @@ class WorkerProcess:
     """One live worker: `python -m opbench.results.worker` of an environment, its stderr in `log`."""
 
     def __init__(self, side: str, command: list[str], env: dict[str, str], log: Path) -> None:
+        # `side` names the worker in every message: "the {side} worker died ..."
         self.side, self.log = side, log
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
@@ -49,28 +51,43 @@ class WorkerProcess:
 
     def ask(self, request: dict, timeout: float) -> dict:
         """Send one request and wait up to `timeout` seconds for its reply."""
+        self.send(request)
+        return self.reply(request.get("cmd", "?"), timeout)
+
+    def send(self, request: dict) -> None:
+        """Send one request without waiting (workers of one collective step are all sent theirs
+        before any reply is read)."""
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._died() from None
-        return self._reply(request.get("cmd", "?"), timeout)
 
-    def _reply(self, what: str, timeout: float) -> dict:
+    def reply(self, what: str, timeout: float) -> dict:
+        """The next reply, waiting up to `timeout` seconds; `what` names the request in messages."""
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buffer:
+        while (got := self.read_ready()) is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
                 raise WorkerHung(f"the {self.side} worker did not answer '{what}' within {timeout:.0f} s "
                                  "and was stopped")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    raise self._died()
-                self._buffer += chunk
+            select.select([self.fileno()], [], [], left)
+        return got
+
+    def fileno(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def read_ready(self) -> dict | None:
+        """The next reply if one has arrived, else None, without blocking (call it when select says
+        the pipe is readable, or to drain what is buffered). Raises WorkerDied on end of file."""
+        if b"\n" not in self._buffer and select.select([self.fileno()], [], [], 0)[0]:
+            chunk = os.read(self.fileno(), 1 << 16)
+            if not chunk:
+                raise self._died()
+            self._buffer += chunk
+        if b"\n" not in self._buffer:
+            return None
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             return json.loads(line)

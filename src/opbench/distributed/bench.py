@@ -1,0 +1,90 @@
+"""Timing one distributed case through pytest-benchmark: start the worker group once, pass the
+equivalence gate, exclude the first WARMUP_STEPS steps, then time one synchronous training step
+of every worker per call; afterwards measure what the coordinator and the communication cost."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+from opbench.distributed import gate
+from opbench.distributed.engines import ENGINES, Topology, free_port
+from opbench.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
+from opbench.measure import timing_of
+
+WARMUP_STEPS = 10  # excluded from timing, as the study did
+PINGS = 20
+COMM_PAIRS = 3  # steps with and without communication, alternated
+
+_ONE_WORKER: dict[tuple, float] = {}  # samples/s of this session's 1-worker cases, for the efficiency
+
+
+def topology(workers: int) -> Topology:
+    """This node's share of the group: one node on the loopback interface and a free port, unless
+    OPBENCH_DIST_NODES (with OPBENCH_DIST_NODE_RANK and OPBENCH_DIST_MASTER=host:port) asks for several."""
+    nodes = int(os.environ.get("OPBENCH_DIST_NODES", "1"))
+    if nodes == 1:
+        return Topology(workers, master_port=free_port())
+    host, _, port = os.environ["OPBENCH_DIST_MASTER"].rpartition(":")
+    return Topology(workers, nodes, int(os.environ["OPBENCH_DIST_NODE_RANK"]), host, int(port))
+
+
+def _scaling_key(case) -> tuple:
+    return case.framework, case.engine, case.rule, case.device, case.name, case.scaling, case.batch
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure_distributed(benchmark, bound) -> None:
+    case, settings = bound.case, bound.state.settings
+    engine = ENGINES[case.engine]
+    benchmark.group = case.group
+    with WorkerGroup(engine, topology(case.workers), case.rule, settings.dist_timeout) as group:
+        setup = group.ask("setup", timeout_s=max(SETUP_TIMEOUT_S, settings.dist_timeout), engine=engine.worker,
+                          model=case.name, device=case.device, dtype=case.dtype, global_batch=case.global_batch,
+                          data_dir=settings.data_dir, threads=1, collective_timeout_s=settings.dist_timeout)
+        err = gate.equivalence(case, group, settings.data_dir, setup[0]["lstm_biases"])
+        group.ask("optimizer")  # the model's own optimizer, from the shared initial weights
+        if not benchmark.disabled:  # a correctness pass (--benchmark-disable) makes one call only
+            group.ask("step", n=WARMUP_STEPS)
+        overhead = statistics.median(_seconds(lambda: group.ask("ping")) for _ in range(PINGS))
+        benchmark.extra_info.update(
+            model=case.name, direction=case.direction, family=case.family, framework=case.framework,
+            framework_version=bound.backend.version(), device=case.device, mode=case.mode, dtype=case.dtype,
+            shape=case.shape, engine=case.engine, rule=case.rule, workers=case.workers, scaling=case.scaling,
+            global_batch=case.global_batch, worker_batch=case.global_batch // case.workers, threads=1,
+            max_abs_err=err, warmup_steps=WARMUP_STEPS, engine_config=setup[0]["config"],
+            coordinator_overhead_s=overhead,
+        )
+        try:
+            benchmark(lambda: group.ask("step"))
+            timing = timing_of(benchmark)
+            if timing is not None:
+                _after_timing(benchmark, case, group, timing.median_s, overhead)
+        except BaseException:
+            benchmark.has_error = True  # nothing partial is saved
+            raise
+
+
+def _after_timing(benchmark, case, group: WorkerGroup, median_s: float, overhead: float) -> None:
+    samples = case.global_batch / median_s
+    key = _scaling_key(case)
+    if case.workers == 1:
+        _ONE_WORKER[key] = samples
+    one = _ONE_WORKER.get(key)
+    sync, local = [], []
+    for _ in range(COMM_PAIRS):  # communication on and off, alternated so that load hits both alike
+        sync.append(_seconds(lambda: group.ask("step")))
+        local.append(_seconds(lambda: group.ask("step", sync=False)))
+    comm = max(0.0, 1.0 - statistics.median(local) / statistics.median(sync)) if case.workers > 1 else 0.0
+    benchmark.extra_info.update(
+        samples_per_s=samples, worker_samples_per_s=samples / case.workers,
+        scaling_efficiency=samples / (case.workers * one) if one else None,
+        communication_share=comm, coordinator_share=overhead / median_s,
+        peak_rss_bytes=[r["peak_rss_bytes"] for r in group.ask("stats")],
+    )

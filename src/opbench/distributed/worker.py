@@ -1,0 +1,114 @@
+"""One worker of a distributed benchmark: a long-running process of the worker group that builds
+the model on its framework's distributed engine and runs training steps on request.
+
+Run as `python -m opbench.distributed.worker` with the engine's launcher variables in its
+environment (RANK, WORLD_SIZE, ... or DMLC_* or TF_CONFIG). Requests come as JSON lines on stdin,
+replies go as JSON lines on the original stdout (everything the frameworks print goes to stderr),
+every reply has "ok" and a failed request a one-line "error", as the paired gate's workers do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from opbench.models import catalogue, datasets
+from opbench.models.spec import Optimizer, init_params
+from opbench.results.worker import one_line
+
+
+def pin(local_rank: int) -> None:
+    """One core per worker, round robin over the cores this process may use."""
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.engine: Any = None
+        self.model = None
+        self.params: dict[str, np.ndarray] = {}
+        self.shard = (0, 1)  # (rank, world)
+        self.local = int(os.environ.get("OPBENCH_DIST_LOCAL", "0"))
+
+    def setup(self, req: dict) -> dict:
+        module, _, cls = req["engine"].partition(":")
+        self.model = catalogue.get(req["model"])
+        self.params = init_params(self.model)
+        self.global_batch, self.data_dir = req["global_batch"], req.get("data_dir", "")
+        self.engine = getattr(importlib.import_module(module), cls)(self.model, self.params, req)
+        self.shard = (self.engine.rank, self.engine.world)
+        self.batch({"index": 0})
+        return {"rank": self.engine.rank, "world": self.engine.world, "lstm_biases": self.engine.lstm_biases,
+                "config": self.engine.config()}
+
+    def batch(self, req: dict) -> dict:
+        """Load this worker's equal share of global batch `index` (the same data at any world size)."""
+        x, y = datasets.batch(self.model, self.global_batch, self.data_dir, req["index"])
+        rank, world = self.shard
+        per = self.global_batch // world
+        self.engine.load(x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
+        return {}
+
+    def optimizer(self, req: dict) -> dict:
+        """Reset the weights to the shared initial ones and take a fresh optimizer."""
+        opt = self.model.optimizer if req.get("name") is None else Optimizer(req["name"], req["lr"])
+        self.engine.set_params(self.params)
+        self.engine.use(opt)
+        return {}
+
+    def step(self, req: dict) -> dict:
+        start = time.perf_counter()
+        for _ in range(req.get("n", 1)):
+            loss = self.engine.step(req.get("sync", True))
+        return {"loss": loss, "seconds": time.perf_counter() - start}
+
+    def save(self, req: dict) -> dict:
+        np.savez(req["paths"][self.local], **self.engine.get_params())
+        return {}
+
+    def stats(self, req: dict) -> dict:
+        return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+    def ping(self, req: dict) -> dict:
+        return {}
+
+
+def serve(worker: Worker, requests, replies) -> None:
+    for line in requests:
+        req = json.loads(line)
+        cmd = req.get("cmd")
+        if cmd == "exit":
+            break
+        handler = getattr(worker, str(cmd), None) if cmd in COMMANDS else None
+        try:
+            reply = {"ok": True, **handler(req)} if handler else {"ok": False, "error": f"unknown request {cmd!r}"}
+        except Exception as exc:  # the coordinator decides; this worker stays up
+            reply = {"ok": False, "error": one_line(exc)}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+    if worker.engine is not None:
+        worker.engine.close()
+
+
+COMMANDS = ("setup", "batch", "optimizer", "step", "save", "stats", "ping")
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # a framework's prints (C or Python) cannot reach the protocol
+    sys.stdout = sys.stderr
+    worker = Worker()
+    pin(worker.local)
+    serve(worker, sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    main()

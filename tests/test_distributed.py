@@ -1,0 +1,125 @@
+"""The distributed level: the equivalence gate catches wrong gradient averaging, and a worker
+that crashes, hangs or never reaches the rendezvous fails its case with one line and leaves no
+process or port behind. Real PyTorch DDP workers on the loopback interface."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from opbench.config import resolve
+from opbench.distributed import gate
+from opbench.distributed.cases import DistCase, dist_cases
+from opbench.distributed.engines import ENGINES, Topology, free_port
+from opbench.distributed.group import DistributedError, WorkerGroup
+from opbench.execute import CorrectnessError
+from tests.helpers import load_or_skip
+
+ROOT = Path(__file__).resolve().parents[1]
+DDP = ENGINES["ddp"]
+
+
+@pytest.fixture(autouse=True)
+def _importable_fakes(monkeypatch):
+    load_or_skip("torch")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def _case(workers: int, model: str = "mlp", batch: int = 32) -> DistCase:
+    return DistCase("torch", "cpu", "ddp", "sync", workers, "float32", model, batch, "strong")
+
+
+def _setup(group: WorkerGroup, worker: str, case: DistCase, timeout: float = 120) -> list[dict]:
+    return group.ask("setup", timeout_s=timeout, engine=worker, model=case.name, device="cpu", dtype="float32",
+                     global_batch=case.global_batch, data_dir="", threads=1, collective_timeout_s=timeout)
+
+
+def _group(timeout: float = 60.0, workers: int = 2) -> WorkerGroup:
+    return WorkerGroup(DDP, Topology(workers, master_port=free_port()), "sync", timeout)
+
+
+def _assert_gone(group: WorkerGroup) -> None:
+    for w in group.workers:
+        assert w.proc.poll() is not None, f"{w.side} still running"
+    with socket.socket() as s:  # nothing listens on the rendezvous port (closed connections may linger)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", group.topo.master_port))
+        s.listen()
+    assert not Path(group.folder).exists()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ddp_passes_the_gate(workers):
+    case = _case(workers)
+    with _group(workers=workers) as group:
+        setup = _setup(group, DDP.worker, case)
+        assert [r["rank"] for r in setup] == list(range(workers)) and setup[0]["config"]["backend"] == "gloo"
+        assert gate.equivalence(case, group, "", setup[0]["lstm_biases"]) < 1e-3
+    _assert_gone(group)
+
+
+@pytest.mark.parametrize("fake", ["SummedGradients", "LocalGradients"])
+def test_wrong_gradient_averaging_fails_the_gate(fake):
+    case = _case(2)
+    with _group() as group:
+        setup = _setup(group, f"tests.dist_fakes:{fake}", case)
+        with pytest.raises(CorrectnessError, match=r"worker \d: .*update of parameter"):
+            gate.equivalence(case, group, "", setup[0]["lstm_biases"])
+    _assert_gone(group)
+
+
+def test_a_crashing_worker_fails_the_case_in_one_line():
+    case = _case(2)
+    with _group() as group:
+        _setup(group, "tests.dist_fakes:CrashOnStep", case)
+        group.ask("optimizer")
+        with pytest.raises(DistributedError, match=r"^torch ddp: the rank 1 worker died \(exit code 3\)") as err:
+            group.ask("step")
+        assert "\n" not in str(err.value)
+    _assert_gone(group)
+
+
+def test_a_hanging_worker_is_stopped_at_its_deadline():
+    case = _case(2)
+    with _group(timeout=3.0) as group:
+        _setup(group, "tests.dist_fakes:HangOnStep", case)
+        group.ask("optimizer")
+        start = time.monotonic()
+        with pytest.raises(DistributedError, match=r"^torch ddp: no answer to 'step' within 3 s from .*rank 1"):
+            group.ask("step")
+        assert time.monotonic() - start < 30  # the deadline, not the worker's hour
+    _assert_gone(group)
+
+
+def test_a_worker_missing_the_rendezvous_fails_at_once():
+    case = _case(2)
+    start = time.monotonic()
+    with _group() as group, pytest.raises(DistributedError, match=r"rank 1 worker died \(exit code 4\)"):
+        _setup(group, "tests.dist_fakes:CrashBeforeRendezvous", case, timeout=300)
+    assert time.monotonic() - start < 60  # not rank 0's 300-second rendezvous timeout
+    _assert_gone(group)
+
+
+def test_cases_ids_markers_and_even_splits():
+    settings = resolve({"framework": "torch", "workers": "1,2"})
+    cases = {c.id: c for c in dist_cases(settings)}
+    case = cases["torch-cpu-ddp-sync-w2-float32-mlp-b256-weak"]
+    assert case.global_batch == 256 and case.markers == ("distributed", "ddp", "sync", "torch", "cpu", "mlp",
+                                                         "training", "weak")
+    assert "torch-cpu-ddp-sync-w2-float32-mlp-b128-strong" in cases
+    assert {c.name for c in cases.values()} == {"mlp", "lenet", "vgg10", "lstm"}
+    with pytest.warns(UserWarning, match="more threads than"):  # 3 workers on 2 cores
+        odd = resolve({"framework": "torch", "workers": "3"})
+    assert all(c.scaling == "weak" or c.batch % 3 == 0 for c in dist_cases(odd))
+    assert not dist_cases(resolve({"framework": "numpy"}))
+
+
+def test_workers_get_torchruns_variables_and_global_ranks_across_nodes():
+    topo = Topology(2, nodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29500)
+    env = DDP.worker_env(topo, 1, "sync")
+    assert env == {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "4",
+                   "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}
