@@ -11,6 +11,25 @@ import torch.distributed as dist
 from opbench.distributed.torch_ddp import TorchDDP
 
 
+class PerWorkerMean:
+    """MXNet's KVStore with each worker's gradient scaled to its own share's mean: the server then
+    sums W means, W times the whole batch's gradient. (Built on first use: it imports MXNet.)"""
+
+    def __new__(cls, *args):
+        from opbench.backends.mxnet import mx
+        from opbench.backends.mxnet_models import optimizer_args
+        from opbench.distributed.mxnet_kvstore import MxnetKVStore
+
+        class _Wrong(MxnetKVStore):
+            def use(self, optimizer) -> None:
+                super().use(optimizer)
+                wrong = mx.optimizer.create(optimizer.name, rescale_grad=self.world / self.global_batch,
+                                            **optimizer_args(optimizer))
+                self.kv.set_optimizer(wrong)
+
+        return _Wrong(*args)
+
+
 def _rank() -> int:
     return int(os.environ["RANK"])
 

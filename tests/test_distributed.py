@@ -29,21 +29,22 @@ def _importable_fakes(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
-def _case(workers: int, model: str = "mlp", batch: int = 32) -> DistCase:
-    return DistCase("torch", "cpu", "ddp", "sync", workers, "float32", model, batch, "strong")
+def _case(workers: int, model: str = "mlp", batch: int = 32, engine: str = "ddp", rule: str = "sync") -> DistCase:
+    return DistCase(ENGINES[engine].framework, "cpu", engine, rule, workers, "float32", model, batch, "strong")
 
 
 def _setup(group: WorkerGroup, worker: str, case: DistCase, timeout: float = 120) -> list[dict]:
-    return group.ask("setup", timeout_s=timeout, engine=worker, model=case.name, device="cpu", dtype="float32",
+    return group.ask("setup", timeout_s=timeout, engine=worker, model=case.name, rule=case.rule, device="cpu",
+                     dtype="float32",
                      global_batch=case.global_batch, data_dir="", threads=1, collective_timeout_s=timeout)
 
 
-def _group(timeout: float = 60.0, workers: int = 2) -> WorkerGroup:
-    return WorkerGroup(DDP, Topology(workers, master_port=free_port()), "sync", timeout)
+def _group(timeout: float = 60.0, workers: int = 2, engine: str = "ddp", rule: str = "sync") -> WorkerGroup:
+    return WorkerGroup(ENGINES[engine], Topology(workers, master_port=free_port()), rule, timeout)
 
 
 def _assert_gone(group: WorkerGroup) -> None:
-    for w in group.workers:
+    for w in group.workers + group.helpers:
         assert w.proc.poll() is not None, f"{w.side} still running"
     with socket.socket() as s:  # nothing listens on the rendezvous port (closed connections may linger)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -52,13 +53,16 @@ def _assert_gone(group: WorkerGroup) -> None:
     assert not Path(group.folder).exists()
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_ddp_passes_the_gate(workers):
-    case = _case(workers)
-    with _group(workers=workers) as group:
-        setup = _setup(group, DDP.worker, case)
-        assert [r["rank"] for r in setup] == list(range(workers)) and setup[0]["config"]["backend"] == "gloo"
-        assert gate.equivalence(case, group, "", setup[0]["lstm_biases"]) < 1e-3
+def test_kvstore_catches_each_workers_mean_summed_on_the_server():
+    """MXNet's parameter server (that the right rescaling passes, synchronous and asynchronous, the
+    benchmarks check): each worker's own mean summed on the server, twice the step, fails."""
+    load_or_skip("mxnet")
+    case = _case(2, engine="kvstore")
+    with _group(engine="kvstore") as group:
+        setup = _setup(group, "tests.dist_fakes:PerWorkerMean", case)
+        assert len(group.helpers) == 2 and setup[0]["config"]["kvstore"] == "dist_sync"
+        with pytest.raises(CorrectnessError, match="update of parameter"):
+            gate.equivalence(case, group, "", setup[0]["lstm_biases"])
     _assert_gone(group)
 
 

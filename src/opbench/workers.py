@@ -48,6 +48,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          env=env, start_new_session=True)
         self._buffer = b""
+        self._exit_sent = False
 
     def ask(self, request: dict, timeout: float) -> dict:
         """Send one request and wait up to `timeout` seconds for its reply."""
@@ -111,15 +112,23 @@ class WorkerProcess:
         self.proc.wait()
         self._close_pipes()
 
-    def close(self, grace: float = 10.0) -> None:
-        """Ask the worker to exit; kill it if it does not within `grace` seconds."""
-        if self.proc.poll() is None:
+    def request_exit(self) -> None:
+        """Ask the worker to exit, without waiting (several workers then finish together)."""
+        if self.proc.poll() is None and not self._exit_sent:
+            self._exit_sent = True
             try:
                 self.proc.stdin.write(b'{"cmd": "exit"}\n')
                 self.proc.stdin.flush()
-                self.proc.wait(grace)
-            except (OSError, subprocess.TimeoutExpired):
+            except OSError:
                 pass
+
+    def close(self, grace: float = 10.0) -> None:
+        """Ask the worker to exit; kill it if it does not within `grace` seconds."""
+        self.request_exit()
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
         self.kill()
 
     def _close_pipes(self) -> None:

@@ -38,6 +38,14 @@ def _blocks(spec: ModelSpec) -> list:
     return blocks
 
 
+def optimizer_args(optimizer: Optimizer) -> dict:
+    """The spec's optimizer as MXNet's optimizer arguments."""
+    if optimizer.name == "sgd":
+        return {"learning_rate": optimizer.lr}
+    return {"learning_rate": optimizer.lr, "beta1": optimizer.beta1, "beta2": optimizer.beta2,
+            "epsilon": optimizer.eps}
+
+
 class MxnetModel(NativeModel):
     lstm_biases = 2
 
@@ -61,12 +69,7 @@ class MxnetModel(NativeModel):
         return lambda: self.net(x)
 
     def train_step(self, x, y, optimizer: Optimizer):
-        if optimizer.name == "sgd":
-            args = {"learning_rate": optimizer.lr}
-        else:
-            args = {"learning_rate": optimizer.lr, "beta1": optimizer.beta1, "beta2": optimizer.beta2,
-                    "epsilon": optimizer.eps}
-        trainer = gluon.Trainer(self.net.collect_params(), optimizer.name, args)
+        trainer = gluon.Trainer(self.net.collect_params(), optimizer.name, optimizer_args(optimizer))
         batch = x.shape[0]
 
         def call():

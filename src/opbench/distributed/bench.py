@@ -4,6 +4,7 @@ of every worker per call; afterwards measure what the coordinator and the commun
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -11,7 +12,9 @@ import time
 from opbench.distributed import gate
 from opbench.distributed.engines import ENGINES, Topology, free_port
 from opbench.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
+from opbench.e2e import TARGET_FRACTION, TARGET_MAX_SECONDS, TARGET_MAX_STEPS
 from opbench.measure import timing_of
+from opbench.models import catalogue
 
 WARMUP_STEPS = 10  # excluded from timing, as the study did
 PINGS = 20
@@ -46,8 +49,9 @@ def measure_distributed(benchmark, bound) -> None:
     benchmark.group = case.group
     with WorkerGroup(engine, topology(case.workers), case.rule, settings.dist_timeout) as group:
         setup = group.ask("setup", timeout_s=max(SETUP_TIMEOUT_S, settings.dist_timeout), engine=engine.worker,
-                          model=case.name, device=case.device, dtype=case.dtype, global_batch=case.global_batch,
-                          data_dir=settings.data_dir, threads=1, collective_timeout_s=settings.dist_timeout)
+                          model=case.name, rule=case.rule, device=case.device, dtype=case.dtype,
+                          global_batch=case.global_batch, data_dir=settings.data_dir, threads=1,
+                          collective_timeout_s=settings.dist_timeout)
         err = gate.equivalence(case, group, settings.data_dir, setup[0]["lstm_biases"])
         group.ask("optimizer")  # the model's own optimizer, from the shared initial weights
         if not benchmark.disabled:  # a correctness pass (--benchmark-disable) makes one call only
@@ -87,4 +91,30 @@ def _after_timing(benchmark, case, group: WorkerGroup, median_s: float, overhead
         scaling_efficiency=samples / (case.workers * one) if one else None,
         communication_share=comm, coordinator_share=overhead / median_s,
         peak_rss_bytes=[r["peak_rss_bytes"] for r in group.ask("stats")],
+        **convergence(group, case),
     )
+
+
+LOSS_AFTER_STEPS = 20
+
+
+def convergence(group: WorkerGroup, case) -> dict:
+    """How fast the model's own optimizer, from the shared initial weights, brings the generated
+    cluster problem's loss (the mean over the workers) below ln(classes) / 5, as the single-process
+    suite measures it (opbench.e2e); and the loss after LOSS_AFTER_STEPS steps. This is what an
+    asynchronous rule is judged by: its steps are cheaper, but each one is worth less."""
+    target = TARGET_FRACTION * math.log(catalogue.get(case.name).classes)
+    group.ask("batch", clusters=True)
+    group.ask("optimizer")
+    start, steps, seconds, after = time.perf_counter(), 0, None, None
+    while steps < TARGET_MAX_STEPS and time.perf_counter() - start < TARGET_MAX_SECONDS:
+        loss = statistics.mean(r["loss"] for r in group.ask("step"))
+        steps += 1
+        if seconds is None and loss < target:
+            seconds, reached_at = time.perf_counter() - start, steps
+        if steps == LOSS_AFTER_STEPS:
+            after = loss
+        if seconds is not None and after is not None:
+            break
+    return {"time_to_target_s": seconds, "steps_to_target": reached_at if seconds is not None else None,
+            "target_loss": target, f"loss_after_{LOSS_AFTER_STEPS}_steps": after}

@@ -50,6 +50,7 @@ class Engine:
     rules: tuple[str, ...]  # "sync", "async"
     worker: str  # "module:Class" each worker process runs
     title: str
+    helper: str | None = None  # the module the helper processes run (`python -m`), if any
 
     def worker_env(self, topo: Topology, local: int, rule: str) -> dict[str, str]:
         """The launcher's variables for local worker `local`."""
@@ -58,7 +59,7 @@ class Engine:
                     "RANK": str(topo.rank(local)), "WORLD_SIZE": str(topo.world), "LOCAL_RANK": str(local),
                     "LOCAL_WORLD_SIZE": str(topo.workers), "GROUP_RANK": str(topo.node_rank)}
         if self.name == "kvstore":
-            return {**_dmlc(topo), "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(topo.rank(local))}
+            return {**_dmlc(topo), "DMLC_ROLE": "worker"}  # the scheduler numbers the workers
         if self.name == "mwms":
             hosts = [f"{topo.master_addr}:{topo.master_port + r}" for r in range(topo.world)]
             return {"TF_CONFIG": json.dumps({"cluster": {"worker": hosts},
@@ -75,14 +76,18 @@ class Engine:
 
 
 def _dmlc(topo: Topology) -> dict[str, str]:
+    """ps-lite's variables; on one node DMLC_LOCAL makes it talk over Unix sockets (nothing listens
+    on TCP), across nodes every process binds a TCP port on its interface (DMLC_INTERFACE)."""
     return {"DMLC_PS_ROOT_URI": topo.master_addr, "DMLC_PS_ROOT_PORT": str(topo.master_port),
-            "DMLC_NUM_WORKER": str(topo.world), "DMLC_NUM_SERVER": "1", "DMLC_LOCAL": "0",
-            "DMLC_NODE_HOST": topo.master_addr if topo.nodes == 1 else ""}
+            "DMLC_NUM_WORKER": str(topo.world), "DMLC_NUM_SERVER": "1", "DMLC_LOCAL": str(int(topo.nodes == 1))}
 
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("ddp", "torch", ("sync",), "opbench.distributed.torch_ddp:TorchDDP",
            "torch.distributed DistributedDataParallel (gloo on the CPU, nccl on GPUs)"),
+    Engine("kvstore", "mxnet", ("sync", "async"), "opbench.distributed.mxnet_kvstore:MxnetKVStore",
+           "MXNet KVStore dist_sync / dist_async (a scheduler and a parameter server)",
+           helper="opbench.distributed.mxnet_kvstore"),
 )}
 
 

@@ -3,7 +3,12 @@ plain-SGD steps of W workers, each on its equal share of the global batch, must 
 reference step gives on the whole batch from the same weights, as the single-process gate
 demands (opbench.e2e): the mean of the workers' losses against NumPy's loss, and on every worker
 each parameter tensor's update against NumPy's update. A wrong gradient averaging (a sum, a
-missing or a stale all-reduce, one worker's gradient only) changes the update and fails here."""
+missing or a stale all-reduce, one worker's gradient only) changes the update and fails here.
+
+Asynchronous updates are not equivalent step by step, except the first: every worker computes
+its gradient at the shared initial weights, and plain SGD adds the updates, so once every
+worker's update has reached the server (the "refresh" request) the weights must be NumPy's after
+one whole-batch step. The gate checks that one step for asynchronous rules."""
 
 from __future__ import annotations
 
@@ -30,12 +35,15 @@ def _params(group: WorkerGroup, tag: str) -> list[dict[str, np.ndarray]]:
 
 def equivalence(case, group: WorkerGroup, data_dir: str, lstm_biases: int) -> float:
     """Run the gate; returns the worst relative update error; raises CorrectnessError."""
-    want_losses, trajectory = reference_sgd(case.name, case.global_batch, data_dir, SGD_STEPS, lstm_biases)
+    steps = SGD_STEPS if case.rule == "sync" else 1
+    want_losses, trajectory = reference_sgd(case.name, case.global_batch, data_dir, steps, lstm_biases)
     group.ask("optimizer", name="sgd", lr=GATE_LR)
     before, worst = _params(group, "start"), 0.0
     for i, want in enumerate(want_losses):
         group.ask("batch", index=i)
         losses = [r["loss"] for r in group.ask("step")]
+        if case.rule != "sync":
+            group.ask("refresh")
         check_loss(f"{case.id}: SGD step {i} loss (mean over the workers)", float(np.mean(losses)), want)
         after = _params(group, f"step{i}")
         for rank, (b, a) in enumerate(zip(before, after, strict=True)):

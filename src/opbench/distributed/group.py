@@ -20,6 +20,7 @@ from opbench.distributed.engines import Engine, Topology
 from opbench.workers import WorkerFailure, WorkerProcess
 
 SETUP_TIMEOUT_S = 180.0  # import the framework, rendezvous, build the model
+CLOSE_GRACE_S = 10.0
 
 
 class DistributedError(Exception):
@@ -41,7 +42,7 @@ class WorkerGroup:
         base = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         try:
             for name, env in engine.helper_envs(topo):
-                self.helpers.append(self._start(name, command, {**base, **env}))
+                self.helpers.append(self._start(name, [sys.executable, "-m", engine.helper], {**base, **env}))
             for local in range(topo.workers):
                 env = {**base, **engine.worker_env(topo, local, rule), "OPBENCH_DIST_LOCAL": str(local)}
                 self.workers.append(self._start(f"rank {topo.rank(local)}", command, env))
@@ -93,8 +94,11 @@ class WorkerGroup:
 
     def close(self) -> None:
         """Stop every process this group started and remove its folder."""
+        for w in self.workers:  # all at once: an engine's shutdown may wait for every worker
+            w.request_exit()
+        deadline = time.monotonic() + (0.0 if self.failed else CLOSE_GRACE_S)
         for w in self.workers:
-            w.close(grace=0.0 if self.failed else 5.0)
+            w.close(grace=max(0.0, deadline - time.monotonic()))
         for h in self.helpers:
             h.kill()
         self.tmp.cleanup()

@@ -50,8 +50,12 @@ class Worker:
                 "config": self.engine.config()}
 
     def batch(self, req: dict) -> dict:
-        """Load this worker's equal share of global batch `index` (the same data at any world size)."""
-        x, y = datasets.batch(self.model, self.global_batch, self.data_dir, req["index"])
+        """Load this worker's equal share of global batch `index` (the same data at any world size),
+        or of the generated cluster problem the time to target is measured on."""
+        if req.get("clusters"):
+            x, y = datasets.clusters(self.model, self.global_batch)
+        else:
+            x, y = datasets.batch(self.model, self.global_batch, self.data_dir, req["index"])
         rank, world = self.shard
         per = self.global_batch // world
         self.engine.load(x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
@@ -69,6 +73,11 @@ class Worker:
         for _ in range(req.get("n", 1)):
             loss = self.engine.step(req.get("sync", True))
         return {"loss": loss, "seconds": time.perf_counter() - start}
+
+    def refresh(self, req: dict) -> dict:
+        """Wait for every worker's updates and fetch the weights they made (asynchronous engines)."""
+        getattr(self.engine, "refresh", lambda: None)()
+        return {}
 
     def save(self, req: dict) -> dict:
         np.savez(req["paths"][self.local], **self.engine.get_params())
@@ -98,7 +107,7 @@ def serve(worker: Worker, requests, replies) -> None:
         worker.engine.close()
 
 
-COMMANDS = ("setup", "batch", "optimizer", "step", "save", "stats", "ping")
+COMMANDS = ("setup", "batch", "optimizer", "step", "refresh", "save", "stats", "ping")
 
 
 def main() -> None:
