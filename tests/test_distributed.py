@@ -4,6 +4,7 @@ process or port behind. Real PyTorch DDP workers on the loopback interface."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -127,3 +128,17 @@ def test_workers_get_torchruns_variables_and_global_ranks_across_nodes():
     env = DDP.worker_env(topo, 1, "sync")
     assert env == {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "4",
                    "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}
+
+
+def test_each_engine_gets_its_launchers_variables():
+    topo = Topology(2, master_port=9000, hosts=("127.0.0.1:9001", "127.0.0.1:9002"))
+    tf_config = json.loads(ENGINES["mwms"].worker_env(topo, 1, "sync")["TF_CONFIG"])
+    assert tf_config == {"cluster": {"worker": ["127.0.0.1:9001", "127.0.0.1:9002"]},
+                         "task": {"type": "worker", "index": 1}}
+    kv = ENGINES["kvstore"]
+    assert kv.worker_env(topo, 0, "async") == {
+        "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_WORKER": "2",
+        "DMLC_NUM_SERVER": "1", "DMLC_LOCAL": "1", "DMLC_ROLE": "worker"}  # Unix sockets on one node
+    assert [name for name, _ in kv.helper_envs(topo)] == ["scheduler", "server"]
+    assert not kv.helper_envs(Topology(2, nodes=2, node_rank=1))  # the servers run on node 0 only
+    assert kv.helper_envs(Topology(2, nodes=2))[0][1]["DMLC_LOCAL"] == "0"

@@ -10,7 +10,7 @@ import statistics
 import time
 
 from opbench.distributed import gate
-from opbench.distributed.engines import ENGINES, Topology, free_port
+from opbench.distributed.engines import ENGINES, LOOPBACK, Topology, free_port
 from opbench.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
 from opbench.e2e import TARGET_FRACTION, TARGET_MAX_SECONDS, TARGET_MAX_STEPS
 from opbench.measure import timing_of
@@ -28,9 +28,11 @@ def topology(workers: int) -> Topology:
     OPBENCH_DIST_NODES (with OPBENCH_DIST_NODE_RANK and OPBENCH_DIST_MASTER=host:port) asks for several."""
     nodes = int(os.environ.get("OPBENCH_DIST_NODES", "1"))
     if nodes == 1:
-        return Topology(workers, master_port=free_port())
+        return Topology(workers, master_port=free_port(),
+                        hosts=tuple(f"{LOOPBACK}:{free_port()}" for _ in range(workers)))
     host, _, port = os.environ["OPBENCH_DIST_MASTER"].rpartition(":")
-    return Topology(workers, nodes, int(os.environ["OPBENCH_DIST_NODE_RANK"]), host, int(port))
+    hosts = tuple(h for h in os.environ.get("OPBENCH_DIST_HOSTS", "").split(",") if h)
+    return Topology(workers, nodes, int(os.environ["OPBENCH_DIST_NODE_RANK"]), host, int(port), hosts)
 
 
 def _scaling_key(case) -> tuple:

@@ -34,6 +34,7 @@ class Topology:
     node_rank: int = 0
     master_addr: str = LOOPBACK
     master_port: int = 0
+    hosts: tuple[str, ...] = ()  # every worker's host:port, where an engine addresses each (TF_CONFIG)
 
     @property
     def world(self) -> int:
@@ -61,7 +62,7 @@ class Engine:
         if self.name == "kvstore":
             return {**_dmlc(topo), "DMLC_ROLE": "worker"}  # the scheduler numbers the workers
         if self.name == "mwms":
-            hosts = [f"{topo.master_addr}:{topo.master_port + r}" for r in range(topo.world)]
+            hosts = list(topo.hosts) or [f"{topo.master_addr}:{topo.master_port + r}" for r in range(topo.world)]
             return {"TF_CONFIG": json.dumps({"cluster": {"worker": hosts},
                                              "task": {"type": "worker", "index": topo.rank(local)}})}
         raise KeyError(self.name)
@@ -88,6 +89,8 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("kvstore", "mxnet", ("sync", "async"), "opbench.distributed.mxnet_kvstore:MxnetKVStore",
            "MXNet KVStore dist_sync / dist_async (a scheduler and a parameter server)",
            helper="opbench.distributed.mxnet_kvstore"),
+    Engine("mwms", "tensorflow", ("sync",), "opbench.distributed.tensorflow_mwms:TensorflowMWMS",
+           "tf.distribute MultiWorkerMirroredStrategy (collective all-reduce: ring on the CPU, NCCL on GPUs)"),
 )}
 
 

@@ -18,11 +18,12 @@ import os
 from opbench.backends import load
 from opbench.backends.mxnet import mx
 from opbench.backends.mxnet_models import MxnetModel, optimizer_args
+from opbench.distributed.worker import EngineBase
 
 autograd = mx.autograd
 
 
-class MxnetKVStore:
+class MxnetKVStore(EngineBase):
     lstm_biases = 2
 
     def __init__(self, model, params, req: dict) -> None:
@@ -42,15 +43,6 @@ class MxnetKVStore:
     def config(self) -> dict:
         return {"kvstore": self.kind, "servers": int(os.environ.get("DMLC_NUM_SERVER", "1")),
                 "update_on_kvstore": True, "mxnet": mx.__version__}
-
-    def load(self, x, y) -> None:
-        self.x, self.y = self.native.inputs(x, y)
-
-    def set_params(self, params) -> None:
-        self.native.set_params(params)
-
-    def get_params(self) -> dict:
-        return self.native.get_params()
 
     def use(self, optimizer) -> None:
         """The optimizer on the server, for the summed per-sample gradients of the global batch; fresh

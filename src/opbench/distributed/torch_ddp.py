@@ -19,9 +19,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from opbench.backends import load
 from opbench.backends.torch_models import torch_optimizer
+from opbench.distributed.worker import EngineBase
 
 
-class TorchDDP:
+class TorchDDP(EngineBase):
     lstm_biases = 2
 
     def __init__(self, model, params, req: dict) -> None:
@@ -42,17 +43,8 @@ class TorchDDP:
         return {"backend": dist.get_backend(), "bucket_cap_mb": 25, "torch": torch.__version__,
                 "threads": torch.get_num_threads()}
 
-    def load(self, x, y) -> None:
-        self.x, self.y = self.native.inputs(x, y)
-
     def use(self, optimizer) -> None:
         self.opt = torch_optimizer(self.ddp.parameters(), optimizer)
-
-    def set_params(self, params) -> None:
-        self.native.set_params(params)
-
-    def get_params(self) -> dict:
-        return self.native.get_params()
 
     def step(self, sync: bool = True) -> float:
         self.opt.zero_grad(set_to_none=True)

@@ -24,6 +24,26 @@ from opbench.models.spec import Optimizer, init_params
 from opbench.results.worker import one_line
 
 
+class EngineBase:
+    """What every engine's worker class shares: a NativeModel (`self.native`) that holds the
+    weights and converts the batch. Subclasses build it and define use() and step()."""
+
+    native: Any
+    lstm_biases = 1
+
+    def load(self, x, y) -> None:
+        self.x, self.y = self.native.inputs(x, y)
+
+    def set_params(self, params) -> None:
+        self.native.set_params(params)
+
+    def get_params(self) -> dict:
+        return self.native.get_params()
+
+    def close(self) -> None:
+        pass
+
+
 def pin(local_rank: int) -> None:
     """One core per worker, round robin over the cores this process may use."""
     cores = sorted(os.sched_getaffinity(0))
