@@ -8,10 +8,11 @@ PYTEST := $(BIN)/pytest
 BENCH_ARGS ?=
 # `make test` leaves JAX's VGG models and its eager training benchmarks to `make bench` (eager JAX
 # compiles every primitive on first use: about 3.5 minutes here; tests/test_models.py still checks
-# eager training of mlp, lenet and lstm), and checks the distributed benchmarks at 2 workers with the
-# global batch split (every engine, rule and model; the 1-worker and weak-scaling cases are the same
-# code on other batch sizes, left to `make bench-distributed`); `make test-full` checks everything.
-QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and (weak or w1))"
+# eager training of mlp, lenet and lstm), and checks the distributed benchmarks on the MLP at 2 workers
+# with the global batch split, for every engine and update rule (each case starts 2-4 processes that
+# import their framework: 10-25 s; the other models, 1 worker and weak scaling are left to
+# `make bench-distributed`, tests/test_distributed.py checks faults); `make test-full` checks everything.
+QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp))"
 
 .PHONY: venv test test-full bench bench-distributed report lint clean
 

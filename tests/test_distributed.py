@@ -18,7 +18,7 @@ from opbench.distributed.cases import DistCase, dist_cases
 from opbench.distributed.engines import ENGINES, Topology, free_port
 from opbench.distributed.group import DistributedError, WorkerGroup
 from opbench.execute import CorrectnessError
-from tests.helpers import load_or_skip
+from tests.helpers import bench, load_or_skip, write
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP = ENGINES["ddp"]
@@ -142,3 +142,28 @@ def test_each_engine_gets_its_launchers_variables():
     assert [name for name, _ in kv.helper_envs(topo)] == ["scheduler", "server"]
     assert not kv.helper_envs(Topology(2, nodes=2, node_rank=1))  # the servers run on node 0 only
     assert kv.helper_envs(Topology(2, nodes=2))[0][1]["DMLC_LOCAL"] == "0"
+
+
+def _dist_bench(framework: str, mode: str, workers: int, median: float) -> dict:
+    case = DistCase(framework, "cpu", *mode.split("-"), workers, "float32", "mlp", 128, "strong")
+    return bench(f"test_data_parallel[{case.id}]", median, group=case.group, framework=framework, mode=mode,
+                 flops=None, model="mlp", direction="training", shape=case.shape, workers=workers,
+                 scaling="strong", global_batch=128, communication_share=0.25 if workers > 1 else 0.0)
+
+
+def test_report_shows_the_scaling_table_and_plots_samples_against_workers(tmp_path, capsys):
+    from opbench.cli import main
+
+    run = write(tmp_path / "dist.json", [
+        _dist_bench("torch", "ddp-sync", 1, 0.004), _dist_bench("torch", "ddp-sync", 2, 0.0025),
+        _dist_bench("mxnet", "kvstore-async", 1, 0.008), _dist_bench("mxnet", "kvstore-async", 2, 0.008),
+    ])
+    assert main(["report", str(run), "--plots", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    table = out.split("data-parallel scaling")[1].splitlines()
+    torch_row = next(line for line in table if "torch/ddp-sync" in line).split()
+    # 128 samples in 4 ms and in 2.5 ms: 32,000 and 51,200 samples/s, 80% of linear at 2 workers
+    assert torch_row[3:7] == ["32,000", "51,200", "80%", "25%"]
+    mxnet_row = next(line for line in table if "mxnet/kvstore-async" in line).split()
+    assert mxnet_row[3:6] == ["16,000", "16,000", "50%"]
+    assert (tmp_path / "plots" / "data-parallel-mlp-cpu-strong-b128.png").stat().st_size > 0

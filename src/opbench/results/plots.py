@@ -1,5 +1,6 @@
 """Plots of saved runs with matplotlib (headless): grouped bars per operator, time against
-problem size with the fitted scaling exponent, thread scaling, and training-step time per model.
+problem size with the fitted scaling exponent, thread scaling, training-step time per model, and
+data-parallel samples/s against workers.
 Reads stored JSON only."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from opbench.results.scaling import curves as worker_curves
 from opbench.results.store import Bench, Identity, Run, replace_atomic
 
 
@@ -34,6 +36,15 @@ def _save(fig, folder: Path, name: str) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def _line_plot(ax, folder: Path, name: str, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label a line plot, add its legend and save it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _save(ax.figure, folder, name)
 
 
 def _size(bench: Bench) -> float | None:
@@ -82,18 +93,15 @@ def scaling(runs: list[Run], folder: Path) -> list[Path]:
     for op, columns in sorted(by_op.items()):
         if max(len({s for s, _ in pts}) for pts in columns.values()) < 2:
             continue
-        fig, ax = plt.subplots(figsize=(6, 4))
+        _, ax = plt.subplots(figsize=(6, 4))
         for col, pts in sorted(columns.items()):
             pts.sort()
             sizes, times = zip(*pts, strict=True)
             slope = fit_exponent(sizes, times)
             label = f"{col} (exponent {slope:.2f})" if slope is not None else col
             ax.loglog(sizes, times, marker="o", label=label)
-        ax.set_xlabel("problem size: FLOPs per call (bytes where no FLOP count)")
-        ax.set_ylabel("median time (s)")
-        ax.set_title(f"{op}: time against problem size")
-        ax.legend(fontsize=7)
-        paths.append(_save(fig, folder, f"scaling-{_slug(op)}.png"))
+        paths.append(_line_plot(ax, folder, f"scaling-{_slug(op)}.png", "problem size: FLOPs per call (bytes "
+                                "where no FLOP count)", "median time (s)", f"{op}: time against problem size"))
     return paths
 
 
@@ -105,16 +113,13 @@ def thread_scaling(runs: list[Run], folder: Path) -> list[Path]:
             curves[b.group][b.column].append((b.thread_sweep, b.median))
     paths = []
     for group, columns in sorted(curves.items()):
-        fig, ax = plt.subplots(figsize=(6, 4))
+        _, ax = plt.subplots(figsize=(6, 4))
         for col, pts in sorted(columns.items()):
             pts.sort()
             threads, times = zip(*pts, strict=True)
             ax.plot(threads, [times[0] / t for t in times], marker="o", label=col)
-        ax.set_xlabel("threads")
-        ax.set_ylabel("speedup over the fewest threads")
-        ax.set_title(group)
-        ax.legend(fontsize=7)
-        paths.append(_save(fig, folder, f"threads-{_slug(group)}.png"))
+        paths.append(_line_plot(ax, folder, f"threads-{_slug(group)}.png", "threads",
+                                "speedup over the fewest threads", group))
     return paths
 
 
@@ -122,7 +127,7 @@ def training_steps(runs: list[Run], folder: Path) -> list[Path]:
     """Training-step time per model, a bar per framework/mode."""
     models: dict[str, dict[str, float]] = defaultdict(dict)
     for b, who in _identified(runs):
-        if who.kind == "model" and who.direction == "training":
+        if who.kind == "model" and who.direction == "training" and "workers" not in b.extra:
             models[who.subject][b.column] = b.median
     if not models:
         return []
@@ -130,10 +135,29 @@ def training_steps(runs: list[Run], folder: Path) -> list[Path]:
                           "training step, median (ms)")]
 
 
+def data_parallel(runs: list[Run], folder: Path) -> list[Path]:
+    """Samples/s against workers, one plot per model, device, scaling rule and batch, a line per
+    engine, with the ideal (linear from one worker) dotted."""
+    by_plot: dict[tuple[str, str], list] = defaultdict(list)
+    for curve in worker_curves(runs):
+        by_plot[curve.model, curve.where].append(curve)
+    paths = []
+    for (model, where), found in sorted(by_plot.items()):
+        _, ax = plt.subplots(figsize=(6, 4))
+        for curve in found:
+            workers = sorted(curve.samples)
+            line = ax.plot(workers, [curve.samples[w] for w in workers], marker="o", label=curve.column)[0]
+            if 1 in curve.samples:
+                ax.plot(workers, [w * curve.samples[1] for w in workers], ":", color=line.get_color())
+        paths.append(_line_plot(ax, folder, f"data-parallel-{_slug(model + '-' + where)}.png", "workers",
+                                "samples/s (global)", f"{model} data-parallel training, {where} (dotted: linear)"))
+    return paths
+
+
 def all_plots(runs: list[Run], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     return bars_per_operator(runs, folder) + scaling(runs, folder) + thread_scaling(runs, folder) + \
-        training_steps(runs, folder)
+        training_steps(runs, folder) + data_parallel(runs, folder)
 
 
 def _slug(text: str) -> str:

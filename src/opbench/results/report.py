@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from opbench.results import scaling
 from opbench.results.compare import fmt_time, table
 from opbench.results.store import Bench, Run
 
@@ -124,4 +125,5 @@ def format_text(runs: list[Run], markdown: bool = False) -> str:
     for title, header, rows in tables(g):
         lines += ["", f"## {title}" if markdown else f"{title}:"]
         lines += table(header, rows, markdown)
+    lines += scaling.format_lines(runs, markdown)
     return "\n".join(lines)
