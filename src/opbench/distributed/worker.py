@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import resource
 import sys
 import time
 from typing import Any
@@ -42,6 +41,19 @@ class EngineBase:
 
     def close(self) -> None:
         pass
+
+
+def peak_rss() -> int | None:
+    """This process's resident-set high-water mark (VmHWM). Not getrusage's ru_maxrss: Linux keeps
+    that across fork and exec, so a worker would report the pytest process's peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def pin(local_rank: int) -> None:
@@ -104,7 +116,7 @@ class Worker:
         return {}
 
     def stats(self, req: dict) -> dict:
-        return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        return {"peak_rss_bytes": peak_rss()}
 
     def ping(self, req: dict) -> dict:
         return {}
