@@ -336,8 +336,14 @@ def test_ctrl_c_during_a_sweep_keeps_finished_counts(tmp_path):
     cmd = [sys.executable, "-m", "pytest", str(tmp_path / "test_sweep_bench.py"), "--framework", "numpy",
            "--threads", "1,2", f"--benchmark-json={out}", "--benchmark-max-time=0.01", "-p", "no:cacheprovider",
            "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml")]
-    parent = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    # Ctrl-C as at a terminal: a background job of a non-interactive shell (nohup, `make test &`)
+    # inherits SIGINT ignored, and an ignored signal stays ignored across exec; a handled one does not.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        parent = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 240
     while not mark.exists() and parent.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
