@@ -72,3 +72,33 @@ class CrashBeforeRendezvous(TorchDDP):
         if _rank() == 1:
             raise SystemExit(4)
         super().__init__(*args)
+
+
+class UnsharedReplicas:
+    """MXNet's single-process store bypassed: each replica keeps its own share's update, so the
+    replicas' weights drift apart. (Built on first use: it imports MXNet.)"""
+
+    def __new__(cls, *args):
+        from opbench.distributed.mxnet_local import MxnetLocal
+
+        class _Wrong(MxnetLocal):
+            def step(self, sync: bool = True) -> float:
+                return super().step(sync=False)
+
+        return _Wrong(*args)
+
+
+class PerReplicaMean:
+    """TensorFlow's MirroredStrategy with each replica's loss its own share's mean: the all-reduce
+    then sums W means, W times the whole batch's gradient. (Built on first use: it imports TensorFlow.)"""
+
+    def __new__(cls, *args):
+        from opbench.distributed.tensorflow_mirrored import TensorflowMirrored
+
+        class _Wrong(TensorflowMirrored):
+            def use(self, optimizer) -> None:
+                self.global_batch //= self.replicas
+                super().use(optimizer)
+                self.global_batch *= self.replicas
+
+        return _Wrong(*args)

@@ -37,7 +37,8 @@ def _case(workers: int, model: str = "mlp", batch: int = 32, engine: str = "ddp"
 def _setup(group: WorkerGroup, worker: str, case: DistCase, timeout: float = 120) -> list[dict]:
     return group.ask("setup", timeout_s=timeout, engine=worker, model=case.name, rule=case.rule, device="cpu",
                      dtype="float32",
-                     global_batch=case.global_batch, data_dir="", threads=1, collective_timeout_s=timeout)
+                     global_batch=case.global_batch, data_dir="", threads=1, collective_timeout_s=timeout,
+                     replicas=case.workers, engine_name=case.engine)
 
 
 def _group(timeout: float = 60.0, workers: int = 2, engine: str = "ddp", rule: str = "sync") -> WorkerGroup:
@@ -63,6 +64,25 @@ def test_kvstore_catches_each_workers_mean_summed_on_the_server():
         setup = _setup(group, "tests.dist_fakes:PerWorkerMean", case)
         assert len(group.helpers) == 2 and setup[0]["config"]["kvstore"] == "dist_sync"
         with pytest.raises(CorrectnessError, match="update of parameter"):
+            gate.equivalence(case, group, "", setup[0]["lstm_biases"])
+    _assert_gone(group)
+
+
+@pytest.mark.parametrize(("engine", "fake", "error"), [
+    ("kvlocal", "UnsharedReplicas", "replica 1's copy of .* differs"),
+    ("mirrored", "PerReplicaMean", r"loss .* != NumPy|update of parameter"),
+])
+def test_single_process_engines_catch_wrong_aggregation(engine, fake, error):
+    """One process, a replica per context or logical device (MXNet's local store, TensorFlow's
+    MirroredStrategy): replicas that skip the store drift apart, a sum of per-replica means is
+    twice the step; both fail the gate."""
+    load_or_skip(ENGINES[engine].framework)
+    case = _case(2, engine=engine)
+    with _group(engine=engine) as group:
+        assert len(group.workers) == 1  # one process drives both replicas
+        setup = _setup(group, f"tests.dist_fakes:{fake}", case)
+        assert setup[0]["world"] == 1
+        with pytest.raises(CorrectnessError, match=error):
             gate.equivalence(case, group, "", setup[0]["lstm_biases"])
     _assert_gone(group)
 
@@ -142,6 +162,9 @@ def test_each_engine_gets_its_launchers_variables():
     assert [name for name, _ in kv.helper_envs(topo)] == ["scheduler", "server"]
     assert not kv.helper_envs(Topology(2, nodes=2, node_rank=1))  # the servers run on node 0 only
     assert kv.helper_envs(Topology(2, nodes=2))[0][1]["DMLC_LOCAL"] == "0"
+    for name in ("mirrored", "kvlocal", "kvdevice"):  # one process, told how many replicas to drive
+        assert ENGINES[name].worker_env(topo, 0, "sync") == {"OPBENCH_DIST_REPLICAS": "2"}
+        assert not ENGINES[name].helper_envs(topo)
 
 
 def _dist_bench(framework: str, mode: str, workers: int, median: float) -> dict:

@@ -50,8 +50,10 @@ class MxnetModel(NativeModel):
     lstm_biases = 2
 
     def __init__(self, spec, params, device, dtype, mode, ctx):
+        """`ctx`: one context, or a list of them for one copy of the weights on each (data parallel
+        within one process); inputs and get_params use the first."""
         super().__init__(spec, device, dtype, mode)
-        self._ctx = ctx
+        self._ctx = ctx[0] if isinstance(ctx, list) else ctx
         self._blocks = _blocks(spec)
         self.net = nn.HybridSequential()
         for group in self._blocks:

@@ -9,6 +9,8 @@ import os
 import statistics
 import time
 
+import pytest
+
 from opbench.distributed import gate
 from opbench.distributed.engines import ENGINES, LOOPBACK, Topology, free_port
 from opbench.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
@@ -48,11 +50,14 @@ def _seconds(fn) -> float:
 def measure_distributed(benchmark, bound) -> None:
     case, settings = bound.case, bound.state.settings
     engine = ENGINES[case.engine]
+    if engine.in_process and int(os.environ.get("OPBENCH_DIST_NODES", "1")) > 1:
+        pytest.skip(f"{engine.name} drives its replicas from one process: it runs on one node")
     benchmark.group = case.group
     with WorkerGroup(engine, topology(case.workers), case.rule, settings.dist_timeout) as group:
         setup = group.ask("setup", timeout_s=max(SETUP_TIMEOUT_S, settings.dist_timeout), engine=engine.worker,
                           model=case.name, rule=case.rule, device=case.device, dtype=case.dtype,
                           global_batch=case.global_batch, data_dir=settings.data_dir, threads=1,
+                          replicas=case.workers, engine_name=case.engine,
                           collective_timeout_s=settings.dist_timeout)
         err = gate.equivalence(case, group, settings.data_dir, setup[0]["lstm_biases"])
         group.ask("optimizer")  # the model's own optimizer, from the shared initial weights
@@ -71,23 +76,19 @@ def measure_distributed(benchmark, bound) -> None:
             benchmark(lambda: group.ask("step"))
             timing = timing_of(benchmark)
             if timing is not None:
-                _after_timing(benchmark, case, group, timing.median_s, overhead)
+                _after_timing(benchmark, case, group, timing.median_s, overhead, setup[0]["comm_off"])
         except BaseException:
             benchmark.has_error = True  # nothing partial is saved
             raise
 
 
-def _after_timing(benchmark, case, group: WorkerGroup, median_s: float, overhead: float) -> None:
+def _after_timing(benchmark, case, group: WorkerGroup, median_s: float, overhead: float, comm_off: bool) -> None:
     samples = case.global_batch / median_s
     key = _scaling_key(case)
     if case.workers == 1:
         _ONE_WORKER[key] = samples
     one = _ONE_WORKER.get(key)
-    sync, local = [], []
-    for _ in range(COMM_PAIRS):  # communication on and off, alternated so that load hits both alike
-        sync.append(_seconds(lambda: group.ask("step")))
-        local.append(_seconds(lambda: group.ask("step", sync=False)))
-    comm = max(0.0, 1.0 - statistics.median(local) / statistics.median(sync)) if case.workers > 1 else 0.0
+    comm = 0.0 if case.workers == 1 else communication_share(group) if comm_off else None
     benchmark.extra_info.update(
         samples_per_s=samples, worker_samples_per_s=samples / case.workers,
         scaling_efficiency=samples / (case.workers * one) if one else None,
@@ -95,6 +96,16 @@ def _after_timing(benchmark, case, group: WorkerGroup, median_s: float, overhead
         peak_rss_bytes=[r["peak_rss_bytes"] for r in group.ask("stats")],
         **convergence(group, case),
     )
+
+
+def communication_share(group: WorkerGroup) -> float:
+    """1 - (a step without communication) / (a step with it), from steps alternated so that a
+    load episode hits both alike."""
+    sync, local = [], []
+    for _ in range(COMM_PAIRS):
+        sync.append(_seconds(lambda: group.ask("step")))
+        local.append(_seconds(lambda: group.ask("step", sync=False)))
+    return max(0.0, 1.0 - statistics.median(local) / statistics.median(sync))
 
 
 LOSS_AFTER_STEPS = 20

@@ -52,9 +52,12 @@ class Engine:
     worker: str  # "module:Class" each worker process runs
     title: str
     helper: str | None = None  # the module the helper processes run (`python -m`), if any
+    in_process: bool = False  # one process drives every replica (a device each): one node only
 
     def worker_env(self, topo: Topology, local: int, rule: str) -> dict[str, str]:
         """The launcher's variables for local worker `local`."""
+        if self.in_process:
+            return {"OPBENCH_DIST_REPLICAS": str(topo.workers)}
         if self.name == "ddp":  # what torch.distributed.run sets for each worker (env:// rendezvous)
             return {"MASTER_ADDR": topo.master_addr, "MASTER_PORT": str(topo.master_port),
                     "RANK": str(topo.rank(local)), "WORLD_SIZE": str(topo.world), "LOCAL_RANK": str(local),
@@ -91,6 +94,13 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
            helper="opbench.distributed.mxnet_kvstore"),
     Engine("mwms", "tensorflow", ("sync",), "opbench.distributed.tensorflow_mwms:TensorflowMWMS",
            "tf.distribute MultiWorkerMirroredStrategy (collective all-reduce: ring on the CPU, NCCL on GPUs)"),
+    Engine("mirrored", "tensorflow", ("sync",), "opbench.distributed.tensorflow_mirrored:TensorflowMirrored",
+           "tf.distribute MirroredStrategy (one process, a replica per GPU or logical CPU device)", in_process=True),
+    Engine("kvlocal", "mxnet", ("sync",), "opbench.distributed.mxnet_local:MxnetLocal",
+           "MXNet KVStore local (one process, a context per replica, gradients summed on the CPU)", in_process=True),
+    Engine("kvdevice", "mxnet", ("sync",), "opbench.distributed.mxnet_local:MxnetLocal",
+           "MXNet KVStore device (one process, a context per replica, gradients summed on the devices)",
+           in_process=True),
 )}
 
 

@@ -24,7 +24,9 @@ from opbench.execute import CorrectnessError
 def _params(group: WorkerGroup, tag: str) -> list[dict[str, np.ndarray]]:
     """Every worker's parameters now (canonical layout), through files in the group's folder."""
     paths = [Path(group.folder) / f"{tag}-{r}.npz" for r in range(len(group.workers))]
-    group.ask("save", paths=[str(p) for p in paths])
+    for rank, reply in enumerate(group.ask("save", paths=[str(p) for p in paths])):
+        if reply.get("mismatch"):
+            raise CorrectnessError(f"worker {rank}: {reply['mismatch']}")
     out = []
     for path in paths:
         with np.load(path) as data:

@@ -43,7 +43,7 @@ class WorkerGroup:
         try:
             for name, env in engine.helper_envs(topo):
                 self.helpers.append(self._start(name, [sys.executable, "-m", engine.helper], {**base, **env}))
-            for local in range(topo.workers):
+            for local in range(1 if engine.in_process else topo.workers):
                 env = {**base, **engine.worker_env(topo, local, rule), "OPBENCH_DIST_LOCAL": str(local)}
                 self.workers.append(self._start(f"rank {topo.rank(local)}", command, env))
         except BaseException:

@@ -18,10 +18,25 @@ from opbench.backends import load
 from opbench.distributed.worker import EngineBase
 
 
-def _keras_optimizer(optimizer):
+def keras_optimizer(optimizer):
     if optimizer.name == "sgd":
         return keras.optimizers.SGD(optimizer.lr)
     return keras.optimizers.Adam(optimizer.lr, beta_1=optimizer.beta1, beta_2=optimizer.beta2, epsilon=optimizer.eps)
+
+
+def replica_step(net, variables, opt, global_batch: int):
+    """One replica's training step: its per-sample losses summed and divided by the global batch,
+    so that the gradients the optimizer sums over the replicas (in replica context) are the whole
+    batch's mean gradient."""
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(y, net(x, training=True))
+            loss = tf.nn.compute_average_loss(per_sample, global_batch_size=global_batch)
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        return loss
+
+    return step
 
 
 class TensorflowMWMS(EngineBase):
@@ -47,7 +62,7 @@ class TensorflowMWMS(EngineBase):
 
     def use(self, optimizer) -> None:
         with self.strategy.scope():
-            self.opt = _keras_optimizer(optimizer)
+            self.opt = keras_optimizer(optimizer)
             self.opt.build(self.variables)
         self._steps = {True: self._compile(True), False: self._compile(False)}
 
@@ -55,15 +70,8 @@ class TensorflowMWMS(EngineBase):
         """The step: in replica context (strategy.run) Keras' optimizer all-reduces the gradients
         itself; outside it (communication off) it applies this worker's gradient alone, scaled to
         stand for the whole batch."""
-        net, variables, opt = self.native.net, self.variables, self.opt
-        batch = self.global_batch if sync else self.global_batch // self.world
-
-        def local_step(x, y):
-            with tf.GradientTape() as tape:
-                per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(y, net(x, training=True))
-                loss = tf.nn.compute_average_loss(per_sample, global_batch_size=batch)
-            opt.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
-            return loss
+        local_step = replica_step(self.native.net, self.variables, self.opt,
+                                  self.global_batch if sync else self.global_batch // self.world)
 
         @tf.function(autograph=False)
         def step(x, y):

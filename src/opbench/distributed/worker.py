@@ -29,6 +29,7 @@ class EngineBase:
 
     native: Any
     lstm_biases = 1
+    comm_off = True  # step(sync=False) updates without communication (for the communication share)
 
     def load(self, x, y) -> None:
         self.x, self.y = self.native.inputs(x, y)
@@ -38,6 +39,11 @@ class EngineBase:
 
     def get_params(self) -> dict:
         return self.native.get_params()
+
+    def replica_mismatch(self) -> str | None:
+        """For an engine that keeps a copy of the weights per replica in this process: which copy
+        differs from the first, if any (the gate fails on it)."""
+        return None
 
     def close(self) -> None:
         pass
@@ -56,10 +62,11 @@ def peak_rss() -> int | None:
     return None
 
 
-def pin(local_rank: int) -> None:
-    """One core per worker, round robin over the cores this process may use."""
+def pin(local_rank: int, replicas: int = 1) -> None:
+    """One core per worker, round robin over the cores this process may use; a process that drives
+    several replicas gets one core per replica."""
     cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
+    os.sched_setaffinity(0, {cores[(local_rank + r) % len(cores)] for r in range(replicas)})
 
 
 class Worker:
@@ -79,7 +86,7 @@ class Worker:
         self.shard = (self.engine.rank, self.engine.world)
         self.batch({"index": 0})
         return {"rank": self.engine.rank, "world": self.engine.world, "lstm_biases": self.engine.lstm_biases,
-                "config": self.engine.config()}
+                "config": self.engine.config(), "comm_off": self.engine.comm_off}
 
     def batch(self, req: dict) -> dict:
         """Load this worker's equal share of global batch `index` (the same data at any world size),
@@ -113,7 +120,7 @@ class Worker:
 
     def save(self, req: dict) -> dict:
         np.savez(req["paths"][self.local], **self.engine.get_params())
-        return {}
+        return {"mismatch": self.engine.replica_mismatch()}
 
     def stats(self, req: dict) -> dict:
         return {"peak_rss_bytes": peak_rss()}
@@ -147,7 +154,7 @@ def main() -> None:
     os.dup2(2, 1)  # a framework's prints (C or Python) cannot reach the protocol
     sys.stdout = sys.stderr
     worker = Worker()
-    pin(worker.local)
+    pin(worker.local, int(os.environ.get("OPBENCH_DIST_REPLICAS", "1")))
     serve(worker, sys.stdin, replies)
 
 
