@@ -16,16 +16,13 @@ class PerWorkerMean:
     sums W means, W times the whole batch's gradient. (Built on first use: it imports MXNet.)"""
 
     def __new__(cls, *args):
-        from opbench.backends.mxnet import mx
-        from opbench.backends.mxnet_models import optimizer_args
+        from opbench.backends.mxnet_models import mxnet_optimizer
         from opbench.distributed.mxnet_kvstore import MxnetKVStore
 
         class _Wrong(MxnetKVStore):
             def use(self, optimizer) -> None:
                 super().use(optimizer)
-                wrong = mx.optimizer.create(optimizer.name, rescale_grad=self.world / self.global_batch,
-                                            **optimizer_args(optimizer))
-                self.kv.set_optimizer(wrong)
+                self.kv.set_optimizer(mxnet_optimizer(optimizer, self.world / self.global_batch))
 
         return _Wrong(*args)
 

@@ -85,6 +85,7 @@ def test_single_process_engines_catch_wrong_aggregation(engine, fake, error):
         with pytest.raises(CorrectnessError, match=error):
             gate.equivalence(case, group, "", setup[0]["lstm_biases"])
     _assert_gone(group)
+    _assert_gone(group)
 
 
 @pytest.mark.parametrize("fake", ["SummedGradients", "LocalGradients"])

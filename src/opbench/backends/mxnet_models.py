@@ -46,6 +46,12 @@ def optimizer_args(optimizer: Optimizer) -> dict:
             "epsilon": optimizer.eps}
 
 
+def mxnet_optimizer(optimizer: Optimizer, rescale_grad: float):
+    """The spec's optimizer as an MXNet optimizer object that scales each gradient by `rescale_grad`
+    (an update rule of its own, for a KVStore or an updater)."""
+    return mx.optimizer.create(optimizer.name, rescale_grad=rescale_grad, **optimizer_args(optimizer))
+
+
 class MxnetModel(NativeModel):
     lstm_biases = 2
 

@@ -50,10 +50,11 @@ def _seconds(fn) -> float:
 def measure_distributed(benchmark, bound) -> None:
     case, settings = bound.case, bound.state.settings
     engine = ENGINES[case.engine]
-    if engine.in_process and int(os.environ.get("OPBENCH_DIST_NODES", "1")) > 1:
+    topo = topology(case.workers)
+    if engine.in_process and topo.nodes > 1:
         pytest.skip(f"{engine.name} drives its replicas from one process: it runs on one node")
     benchmark.group = case.group
-    with WorkerGroup(engine, topology(case.workers), case.rule, settings.dist_timeout) as group:
+    with WorkerGroup(engine, topo, case.rule, settings.dist_timeout) as group:
         setup = group.ask("setup", timeout_s=max(SETUP_TIMEOUT_S, settings.dist_timeout), engine=engine.worker,
                           model=case.name, rule=case.rule, device=case.device, dtype=case.dtype,
                           global_batch=case.global_batch, data_dir=settings.data_dir, threads=1,

@@ -17,7 +17,7 @@ import os
 
 from opbench.backends import load
 from opbench.backends.mxnet import mx
-from opbench.backends.mxnet_models import MxnetModel, optimizer_args
+from opbench.backends.mxnet_models import MxnetModel, mxnet_optimizer
 from opbench.distributed.worker import EngineBase
 
 autograd = mx.autograd
@@ -47,14 +47,12 @@ class MxnetKVStore(EngineBase):
     def use(self, optimizer) -> None:
         """The optimizer on the server, for the summed per-sample gradients of the global batch; fresh
         keys initialised from this worker's weights (rank 0's are kept: all start the same)."""
-        opt = mx.optimizer.create(optimizer.name, rescale_grad=1.0 / self.global_batch, **optimizer_args(optimizer))
         self.phase += 1
         for i, p in enumerate(self.params):
             self.kv.init(self._key(i), p.data())
-        self.kv.set_optimizer(opt)
+        self.kv.set_optimizer(mxnet_optimizer(optimizer, 1.0 / self.global_batch))
         self.kv._barrier()  # MXNet 1.9 has no public barrier; Module and Trainer call this one
-        self.local_update = mx.optimizer.get_updater(
-            mx.optimizer.create(optimizer.name, rescale_grad=1.0 / self.global_batch, **optimizer_args(optimizer)))
+        self.local_update = mx.optimizer.get_updater(mxnet_optimizer(optimizer, 1.0 / self.global_batch))
 
     def _key(self, i: int) -> int:
         return self.phase * len(self.params) + i

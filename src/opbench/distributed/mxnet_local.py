@@ -19,7 +19,7 @@ import numpy as np
 
 from opbench.backends import load
 from opbench.backends.mxnet import mx
-from opbench.backends.mxnet_models import MxnetModel, optimizer_args
+from opbench.backends.mxnet_models import MxnetModel, mxnet_optimizer, optimizer_args
 from opbench.distributed.worker import EngineBase
 
 autograd = mx.autograd
@@ -54,9 +54,7 @@ class MxnetLocal(EngineBase):
     def use(self, optimizer) -> None:
         self.trainer = mx.gluon.Trainer(self.native.net.collect_params(), optimizer.name, optimizer_args(optimizer),
                                         kvstore=self.kind)
-        local = mx.optimizer.create(optimizer.name, rescale_grad=self.replicas / self.global_batch,
-                                    **optimizer_args(optimizer))
-        self.local_update = mx.optimizer.get_updater(local)
+        self.local_update = mx.optimizer.get_updater(mxnet_optimizer(optimizer, self.replicas / self.global_batch))
 
     def step(self, sync: bool = True) -> float:
         with autograd.record():
@@ -71,14 +69,8 @@ class MxnetLocal(EngineBase):
         mx.nd.waitall()
         return float(sum(loss.sum().asscalar() for loss in losses)) / self.global_batch
 
-    def replica_mismatch(self) -> str | None:
-        """Whether every replica holds the same copy of every parameter."""
-        for p in self.params:
-            copies = [d.asnumpy() for d in p.list_data()]
-            for r, c in enumerate(copies[1:], 1):
-                if not np.array_equal(c, copies[0]):
-                    return f"replica {r}'s copy of {p.name} differs from replica 0's"
-        return None
+    def replica_copies(self):
+        return ((p.name, [d.asnumpy() for d in p.list_data()]) for p in self.params)
 
     def close(self) -> None:
         mx.nd.waitall()

@@ -85,11 +85,5 @@ class TensorflowMirrored(EngineBase):
             raise RuntimeError("MirroredStrategy cannot update its replicas without communication")
         return float(self._step(self.x, self.y))  # the whole batch's mean loss; a host copy: the step is over
 
-    def replica_mismatch(self) -> str | None:
-        """Whether every replica holds the same copy of every variable."""
-        for v in self.variables:
-            copies = [np.asarray(c) for c in self.strategy.experimental_local_results(v)]
-            for r, c in enumerate(copies[1:], 1):
-                if not np.array_equal(c, copies[0]):
-                    return f"replica {r}'s copy of {v.name} differs from replica 0's"
-        return None
+    def replica_copies(self):
+        return ((v.name, [np.asarray(c) for c in self.strategy.experimental_local_results(v)]) for v in self.variables)

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,20 @@ class EngineBase:
     def get_params(self) -> dict:
         return self.native.get_params()
 
+    def refresh(self) -> None:
+        """Wait for every worker's updates and fetch the weights they made (asynchronous engines)."""
+
+    def replica_copies(self) -> Iterable[tuple[str, list[np.ndarray]]]:
+        """(name, one array per replica) for each parameter, where this process keeps a copy of the
+        weights per replica; nothing otherwise."""
+        return ()
+
     def replica_mismatch(self) -> str | None:
-        """For an engine that keeps a copy of the weights per replica in this process: which copy
-        differs from the first, if any (the gate fails on it)."""
+        """Which replica's copy of which parameter differs from replica 0's, if any (the gate fails on it)."""
+        for name, copies in self.replica_copies():
+            for r, c in enumerate(copies[1:], 1):
+                if not np.array_equal(c, copies[0]):
+                    return f"replica {r}'s copy of {name} differs from replica 0's"
         return None
 
     def close(self) -> None:
@@ -114,8 +126,7 @@ class Worker:
         return {"loss": loss, "seconds": time.perf_counter() - start}
 
     def refresh(self, req: dict) -> dict:
-        """Wait for every worker's updates and fetch the weights they made (asynchronous engines)."""
-        getattr(self.engine, "refresh", lambda: None)()
+        self.engine.refresh()
         return {}
 
     def save(self, req: dict) -> dict:
