@@ -124,12 +124,17 @@ def cmd_ab(args) -> int:
 def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) -> int:
     """Run the paired gate between two interpreters and print the comparison (exit 0/1)."""
     from opbench.results import paired_results, upgrade
+    from opbench.results import paired_stats as ps
     from opbench.results.compare import format_text, rule_for
     from opbench.results.pairs import SIDES, PairedGate, Plan, Side
 
     if not args.pytest_args:
         raise ResultsError("give the benchmarks to compare after '--', e.g. -- benchmarks/ops -m 'torch and gemm'")
     default, rules = _rules(args)
+    needed = ps.min_pairs(args.confidence / 100)
+    if max(args.pairs, args.max_pairs) < needed:
+        raise ResultsError(f"--pairs {args.pairs}: a {args.confidence:g}% interval over worker pairs needs at "
+                           f"least {needed} pairs")
     plan = Plan(trials=args.trials, min_pairs=args.pairs, max_pairs=max(args.pairs, args.max_pairs),
                 budget_s=60 * args.budget, timeout_s=args.timeout, confidence=args.confidence / 100,
                 family_alpha=args.false_alarm / 100, seed=args.seed)

@@ -59,13 +59,12 @@ def save(gate: PairedGate, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def _row(rec: Record, gate: PairedGate, strict: float) -> Row | None:
+def _row(rec: Record, gate: PairedGate) -> Row | None:
     confirmed = any(t["stage"] == "confirm" for t in rec.trials)
-    stage = "confirm" if confirmed else "screen"
-    est = rec.estimate(stage, gate.plan.seed)
+    est = rec.estimate("confirm" if confirmed else "screen")
     if est is None:
         return None
-    ratio = est.ratio(strict if confirmed and rec.verdict in ("regression", "improvement") else gate.plan.confidence)
+    ratio = est.ratio(rec.level or gate.plan.confidence)
     base = float(np.median([t["baseline_min"] for t in rec.trials]))
     cand = float(np.median([t["candidate_min"] for t in rec.trials]))
     samples = _samples(rec, "screen") + (f" + {_samples(rec, 'confirm')} confirm" if confirmed else "")
@@ -82,7 +81,7 @@ def comparison(gate: PairedGate) -> Comparison:
     compared = [r for r in gate.records.values() if r.kind != "new"]
     flagged = sum(1 for r in compared if any(t["stage"] == "confirm" for t in r.trials))
     strict = ps.confirm_confidence(flagged, gate.plan.family_alpha)
-    rows = [row for r in compared if not r.kind and (row := _row(r, gate, strict))]
+    rows = [row for r in compared if not r.kind and (row := _row(r, gate))]
     runs = {side: [Run(Path(side), gate.machine_info.get(side, {}), "", {})] for side in SIDES}
     result = Comparison(
         rows, missing=[f"{r.id}: {r.problem}" for r in compared if r.kind == "missing"],
@@ -94,5 +93,6 @@ def comparison(gate: PairedGate) -> Comparison:
         *gate.notes,
         f"paired design: {gate.pairs_started} worker pairs; {flagged} benchmark(s) flagged by the "
         f"{100 * gate.plan.confidence:g}% screen were re-measured on fresh pairs and a change stands only at "
-        f"{100 * strict:.4g}% (suite-wide false-alarm budget {100 * gate.plan.family_alpha:g}%)"]
+        f"Holm's step-down levels, {100 * strict:.4g}% for the strongest (suite-wide false-alarm budget "
+        f"{100 * gate.plan.family_alpha:g}%)"]
     return result

@@ -1,122 +1,103 @@
 """Statistics of the paired gate: one log-ratio per trial (candidate burst against the baseline
 burst taken a fraction of a second apart), trials nested in worker pairs.
 
-The estimate is the mean over worker pairs of each pair's median trial log-ratio: the median
-makes a pair robust to the odd trial hit by another tenant, the mean over pairs carries the
-between-process effects (memory layout, thread placement, allocator state) that trials inside
-one pair cannot see. Its interval comes from a bootstrap over worker pairs, seeded per benchmark
-so that a report can be reproduced. Each pair's median already carries its trials' noise, so
-resampling the pairs alone gives the right variance (Davison & Hinkley 1997, 3.8, strategy 1);
-resampling trials inside the drawn pairs too counts that noise twice, and on this machine (A/A,
-6 pairs x 4 trials, 42 benchmarks) left 35 of 42 benchmarks `noisy` against 17 with pairs alone.
-Below TOP_LEVEL_PAIRS pairs a bootstrap over pairs has too few distinct draws, and trials are
-resampled inside the pairs as well (wider, erring towards `noisy`).
+Each worker pair is summarised by the median of its trials' log-ratios (robust to the odd trial
+hit by another tenant). The pairs are the independent units: a pair carries between-process
+effects (memory layout, allocator state, thread placement) that its trials cannot see, and on
+this 2-core machine those effects dominate and are heavy-tailed: in an A/A run of 16 pairs
+(README) most benchmarks' pair medians spread by 1-6%, but one pair that a load episode hit
+came out 2.7x and 3x slower on one side for two benchmarks. A mean over pairs and its
+bootstrap turned that one pair into an interval of [0.98, 1.98].
 
-A percentile bootstrap over a handful of pairs is too narrow (at 6 pairs its 97% interval
-covered the truth 91% of the time in simulation). The interval over pairs is therefore the
-expanded percentile interval (Hesterberg 2015, "What teachers should know about the bootstrap"):
-the tail is taken at the normal quantile that equals sqrt(M / (M - 1)) times Student's t
-quantile with M - 1 degrees of freedom, which restores the coverage of the t interval.
-
-Percentile intervals are used where the bootstrap has at least MIN_TAIL draws beyond each end;
-at the confirmation stage's family-wise level (e.g. 1 - 0.05/168) no feasible number of draws
-reaches that far, and the interval is the estimate plus or minus the normal quantile times the
-bootstrap standard error.
+The estimate is therefore the Hodges-Lehmann estimator over pairs (the median of the Walsh
+averages (x_i + x_j) / 2, i <= j, of the M pair medians) with its exact confidence interval from
+Wilcoxon's signed-rank distribution (Hollander, Wolfe & Chicken, "Nonparametric Statistical
+Methods", 3rd ed., 3.2): distribution-free, 95% as efficient as the mean for normal data, and
+one wild pair moves it by one rank only. The interval needs pair medians symmetric about the
+true shift; between identical environments that holds exactly (swapping the sides of a pair
+flips the sign of its log-ratio), so the A/A false-alarm rate is exact at any M. The price is
+a minimum number of pairs: a two-sided level 1 - alpha is reachable only when 2 / 2^M <= alpha
+(M >= 7 for 97%, 13 for the confirmation of 168 benchmarks at 0.05 / 168); below that the
+interval is unbounded and the verdict `noisy`.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
+import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
 from opbench.results.stats import Ratio, Rule, verdict
 
-RESAMPLES = 4000
-MIN_TAIL = 20  # bootstrap draws needed beyond each end of a percentile interval
-TOP_LEVEL_PAIRS = 5  # from this many worker pairs on, only pairs are resampled
 FAMILY_ALPHA = 0.05  # the suite-wide false-alarm budget of the two-stage rule
 
 
-def seed_for(name: str, seed: int = 0) -> int:
-    """A reproducible seed per benchmark (Python's hash() is salted per process)."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little")
+@functools.cache
+def signed_rank_cdf(m: int) -> np.ndarray:
+    """P(T+ <= t) for t = 0 .. m(m+1)/2, where T+ is Wilcoxon's signed-rank statistic of m
+    observations symmetric about 0 (each of the 2^m sign patterns equally likely)."""
+    counts = [1] + [0] * (m * (m + 1) // 2)
+    for rank in range(1, m + 1):
+        for total in range(len(counts) - 1, rank - 1, -1):
+            counts[total] += counts[total - rank]
+    return np.cumsum(np.array(counts, dtype=float)) / 2.0**m
 
 
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile by the Cornish-Fisher expansion in the normal quantile (four terms;
-    for df >= 4 within 0.3% of the exact value at 97% and within 3%, below it, at 99.97%)."""
-    z = NormalDist().inv_cdf(p)
-    terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96, (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384)
-    return z + sum(term / df ** (k + 1) for k, term in enumerate(terms))
-
-
-def point(pairs: list[np.ndarray]) -> float:
-    """Mean over worker pairs of the median trial log-ratio of each pair."""
-    return float(np.mean([np.median(p) for p in pairs]))
-
-
-def bootstrap(pairs: list[np.ndarray], resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
-    """Bootstrap distribution of `point`: pairs drawn with replacement; with fewer than
-    TOP_LEVEL_PAIRS pairs, each drawn pair's trials drawn with replacement too. Memory is
-    O(resamples x pairs x trials of one pair)."""
-    rng = np.random.default_rng(seed)
-    m = len(pairs)
-    if m >= TOP_LEVEL_PAIRS:
-        medians = np.array([np.median(p) for p in pairs])
-        return medians[rng.integers(0, m, size=(resamples, m))].mean(axis=1)
-    # medians[i, b, j]: pair i's median over a fresh resample of its trials, for slot j of draw b
-    medians = np.empty((m, resamples, m))
-    for i, trials in enumerate(pairs):
-        draws = rng.integers(0, trials.size, size=(resamples * m, trials.size))
-        medians[i] = np.median(trials[draws], axis=1).reshape(resamples, m)
-    which = rng.integers(0, m, size=(resamples, m))
-    return medians[which, np.arange(resamples)[:, None], np.arange(m)[None, :]].mean(axis=1)
+def min_pairs(confidence: float) -> int:
+    """The fewest pairs whose signed-rank interval reaches `confidence` (two-sided)."""
+    return max(1, math.ceil(math.log2(2 / (1 - confidence))))
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """The log-ratio estimate of one benchmark with its bootstrap distribution."""
+    """The log-ratio of one benchmark from its worker pairs' median trial log-ratios."""
 
-    log_ratio: float
-    draws: np.ndarray
-    pairs: int
+    medians: np.ndarray  # one per worker pair
     trials: int
+
+    @property
+    def pairs(self) -> int:
+        return int(self.medians.size)
+
+    @functools.cached_property
+    def walsh(self) -> np.ndarray:
+        i, j = np.triu_indices(self.pairs)
+        return np.sort((self.medians[i] + self.medians[j]) / 2)
+
+    @property
+    def log_ratio(self) -> float:
+        return float(np.median(self.walsh))
+
+    def log_interval(self, confidence: float) -> tuple[float, float]:
+        """The exact signed-rank interval: [W(c), W(N + 1 - c)] of the N sorted Walsh averages,
+        c the largest count with P(T+ < c) <= (1 - confidence) / 2; unbounded when even c = 1 is
+        too few (too few pairs for this level)."""
+        c = int(np.searchsorted(signed_rank_cdf(self.pairs), (1 - confidence) / 2, side="right"))
+        if c == 0:
+            return -math.inf, math.inf
+        return float(self.walsh[c - 1]), float(self.walsh[self.walsh.size - c])
 
     def ratio(self, confidence: float) -> Ratio:
         """candidate / baseline with its two-sided interval at `confidence`."""
-        tail = (1 - confidence) / 2
-        z = NormalDist().inv_cdf(1 - tail)
-        if self.pairs >= TOP_LEVEL_PAIRS:  # the expanded percentile interval
-            z = (self.pairs / (self.pairs - 1)) ** 0.5 * t_quantile(1 - tail, self.pairs - 1)
-            tail = NormalDist().cdf(-z)
-        if tail * self.draws.size >= MIN_TAIL:
-            low, high = np.quantile(self.draws, [tail, 1 - tail])
-        else:
-            spread = z * float(np.std(self.draws, ddof=1))
-            low, high = self.log_ratio - spread, self.log_ratio + spread
-        return Ratio(float(np.exp(self.log_ratio)), float(np.exp(low)), float(np.exp(high)),
-                     (self.pairs, self.trials))
+        low, high = self.log_interval(confidence)
+        return Ratio(math.exp(self.log_ratio), math.exp(low), math.exp(high), (self.pairs, self.trials))
 
 
-def estimate(pairs: list[np.ndarray], seed: int = 0, resamples: int = RESAMPLES) -> Estimate:
+def estimate(pairs: list[np.ndarray]) -> Estimate:
+    """From each worker pair's trial log-ratios."""
     pairs = [np.asarray(p, dtype=float) for p in pairs if len(p)]
     if not pairs:
         raise ValueError("no trials to estimate from")
     if not all(np.isfinite(p).all() for p in pairs):
         raise ValueError("a trial log-ratio is not finite")
-    draws = bootstrap(pairs, resamples, seed) if len(pairs) > 1 or pairs[0].size > 1 else np.repeat(pairs[0], 2)
-    return Estimate(point(pairs), draws, len(pairs), sum(p.size for p in pairs))
+    return Estimate(np.array([np.median(p) for p in pairs]), sum(p.size for p in pairs))
 
 
 def confirm_confidence(flagged: int, family_alpha: float = FAMILY_ALPHA) -> float:
-    """The confirmation stage's level: Bonferroni over the benchmarks the screen flagged. The
-    confirmation measures them again on fresh worker pairs, independent of the screen's data, so
-    given the flagged set the chance that any unchanged one is confirmed is at most
-    `family_alpha`, and therefore at most `family_alpha` over the whole suite, whatever the
-    screen did. A suite of 168 benchmarks in which the screen flags 2 confirms them at 97.5%."""
+    """The confirmation's strictest level, Bonferroni over the benchmarks the screen flagged
+    (the first step of `holm`): 1 - 0.05/168 for 168 flagged, 97.5% for 2."""
     return 1 - family_alpha / max(1, flagged)
 
 
@@ -125,15 +106,49 @@ def screen(est: Estimate, rule: Rule, confidence: float) -> str:
     return verdict(est.ratio(confidence), rule)
 
 
-def confirm(est: Estimate, rule: Rule, confidence: float, strict: float) -> str:
-    """The verdict of fresh worker pairs on a benchmark the screen flagged: a change stands only
-    if it clears the margin at the strict level; 'unchanged' needs the usual interval within
-    +-threshold; anything else is 'noisy' (flagged but not confirmed)."""
-    strict_verdict = verdict(est.ratio(strict), rule)
-    if strict_verdict in ("regression", "improvement"):
-        return strict_verdict
-    usual = verdict(est.ratio(confidence), rule)
-    return "unchanged" if usual == "unchanged" else "noisy"
+def p_value(est: Estimate, rule: Rule) -> float:
+    """The smallest two-sided alpha at which `est` is a change by `rule` (its signed-rank interval
+    clears the margin): 2 P(T+ <= b), b the Walsh averages on the wrong side of the margin; 1
+    when the point estimate does not clear the threshold."""
+    margin = math.log1p(rule.margin)
+    if est.log_ratio > math.log1p(rule.threshold):
+        wrong_side = int(np.sum(est.walsh <= margin))
+    elif est.log_ratio < -math.log1p(rule.threshold):
+        wrong_side = int(np.sum(est.walsh >= -margin))
+    else:
+        return 1.0
+    return min(1.0, 2 * float(signed_rank_cdf(est.pairs)[wrong_side]))
+
+
+def holm(estimates: list[Estimate | None], rules: list[Rule], confidence: float,
+         family_alpha: float = FAMILY_ALPHA) -> list[tuple[str, float]]:
+    """The confirmation's verdicts on the F benchmarks the screen flagged, from fresh worker
+    pairs, with Holm's step-down: in order of `p_value`, the k-th (from 0) stands as a change
+    if it clears the margin at level 1 - alpha / (F - k); the first that does not stops the
+    procedure. A benchmark not confirmed is 'unchanged' if its interval at the usual level lies
+    within +-threshold, else 'noisy'. Returns (verdict, level of the interval to report).
+
+    Why this keeps the suite-wide budget: the confirmation's data are independent of the
+    screen's, so given the flagged set, the first unchanged benchmark the step-down reaches is
+    tested at a level of at most alpha / F0 (F0 unchanged among the F); any false alarm needs it
+    to fail, which happens with probability at most F0 x alpha / F0. Holm confirms everything
+    Bonferroni (alpha / F for all) does, and more when many changed."""
+    order = sorted(range(len(estimates)),
+                   key=lambda k: p_value(estimates[k], rules[k]) if estimates[k] is not None else 2.0)
+    out = [("noisy", confidence)] * len(estimates)
+    going = True
+    for step, k in enumerate(order):
+        est, rule = estimates[k], rules[k]
+        if est is None:
+            continue
+        level = 1 - family_alpha / (len(estimates) - step)
+        strict = verdict(est.ratio(level), rule) if going else ""
+        if strict in ("regression", "improvement"):
+            out[k] = (strict, level)
+            continue
+        going = False
+        out[k] = ("unchanged" if verdict(est.ratio(confidence), rule) == "unchanged" else "noisy", confidence)
+    return out
 
 
 def spread(values: np.ndarray) -> float:

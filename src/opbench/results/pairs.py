@@ -9,8 +9,8 @@ effects (Abedi & Brecht, ICPE 2017; Kalibera & Jones, ISMM 2013).
 
 Two stages fixed in advance (see paired_stats): a screen at the usual confidence on at least
 `min_pairs` pairs, extended pair by pair for undecided benchmarks while the budget lasts; then
-every benchmark the screen flagged is measured again on `confirm_pairs` fresh pairs and its
-change stands only at the family-wise level (Bonferroni over the flagged set). A worker that
+every benchmark the screen flagged is measured again on fresh pairs and its change stands only
+at the family-wise level (Holm's step-down over the flagged set). A worker that
 crashes, hangs or fails a check fails that benchmark (and the gate); a fresh pair takes over for the rest.
 """
 
@@ -49,10 +49,10 @@ class Side:
 class Plan:
     """How much to sample. Defaults chosen with benchmarks/gate_quality.py (README)."""
 
-    trials: int = 8  # trials per benchmark and worker pair
-    min_pairs: int = 6  # screen: worker pairs every benchmark gets
-    max_pairs: int = 12  # screen: at most this many for undecided benchmarks
-    confirm_pairs: int = 10  # fresh pairs for each flagged benchmark
+    trials: int = 4  # trials per benchmark and worker pair
+    min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
+    max_pairs: int = 30  # screen: at most this many for undecided benchmarks
+    confirm_pairs: int = 14  # fresh pairs for the flagged benchmarks (more when Holm's first level needs them)
     budget_s: float = 20 * 60.0  # the screen's extension stops when this is spent
     burst_s: float = 0.04  # target length of one burst
     round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
@@ -74,6 +74,7 @@ class Record:
     problem: str = ""  # why it has no verdict
     kind: str = ""  # "" | failed | missing | new | skipped
     verdict: str = ""
+    level: float = 0.0  # the confidence of the interval to report (0: the plan's)
 
     def stage_pairs(self, stage: str) -> list[np.ndarray]:
         """Trial log-ratios of one stage, grouped by worker pair; a pair's trials flagged for
@@ -88,9 +89,9 @@ class Record:
             out.append(np.array([t["log_ratio"] for t in (clean if len(clean) >= 3 else trials)]))
         return out
 
-    def estimate(self, stage: str, seed: int) -> ps.Estimate | None:
+    def estimate(self, stage: str) -> ps.Estimate | None:
         pairs = self.stage_pairs(stage)
-        return ps.estimate(pairs, ps.seed_for(f"{stage}:{self.id}", seed)) if pairs else None
+        return ps.estimate(pairs) if pairs else None
 
 
 class Pair:
@@ -101,19 +102,25 @@ class Pair:
         self.number, self.workers, self.ids = number, {}, {}
         try:
             for side in sides:
-                w = spawn(side.name, [side.python, "-m", "opbench.results.worker"], side.env,
-                          folder / f"worker-{number:02d}-{side.name}.log")
-                self.workers[side.name] = w
-                reply = w.ask({"cmd": "collect", "args": pytest_args}, timeout)
+                self.workers[side.name] = spawn(side.name, [side.python, "-m", "opbench.results.worker"], side.env,
+                                                folder / f"worker-{number:02d}-{side.name}.log")
+            for side, reply in self.ask_both({"cmd": "collect", "args": pytest_args}, timeout).items():
                 if not reply.get("ok"):
-                    raise WorkerFailure(f"the {side.name} worker: {reply.get('error')}")
-                self.ids[side.name] = list(reply["ids"])
+                    raise WorkerFailure(f"the {side} worker: {reply.get('error')}")
+                self.ids[side] = list(reply["ids"])
         except BaseException:
             self.close()
             raise
 
     def ask(self, side: str, request: dict, timeout: float) -> dict:
         return self.workers[side].ask(request, timeout)
+
+    def ask_both(self, request: dict, timeout: float) -> dict[str, dict]:
+        """The same untimed request (collect, prepare, release) to both workers before either
+        reply is read, so that the two sides do that work at the same time."""
+        for worker in self.workers.values():
+            worker.send(request)
+        return {side: worker.reply(request.get("cmd", "?"), timeout) for side, worker in self.workers.items()}
 
     def close(self) -> None:
         for w in self.workers.values():
@@ -181,9 +188,15 @@ class PairedGate:
                 self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
                 break
         flagged = [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
-        for c in range(self.plan.confirm_pairs if flagged else 0):
+        for c in range(self.confirm_pairs(len(flagged)) if flagged else 0):
             self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
         self._confirm(flagged)
+
+    def confirm_pairs(self, flagged: int) -> int:
+        """Fresh pairs for the confirmation: the plan's, and at least four more than the signed-rank
+        interval needs to reach Holm's strictest level over `flagged` benchmarks at all."""
+        strictest = ps.confirm_confidence(flagged, self.plan.family_alpha)
+        return max(self.plan.confirm_pairs, ps.min_pairs(strictest) + 4)
 
     def _undecided(self, active: list[str], number: int) -> list[str]:
         """Screen verdicts after `number` pairs; those still undecided continue (all continue
@@ -193,7 +206,7 @@ class PairedGate:
             rec = self.records[i]
             if rec.kind:
                 continue
-            est = rec.estimate("screen", self.plan.seed)
+            est = rec.estimate("screen")
             rec.verdict = ps.screen(est, self.rule_for(rec.name), self.plan.confidence) if est else "noisy"
             if number < self.plan.min_pairs or (rec.verdict == "noisy" and number < self.plan.max_pairs):
                 still.append(i)
@@ -208,13 +221,12 @@ class PairedGate:
         return self.elapsed() + per_trial * self.plan.trials * len(active) <= self.plan.budget_s
 
     def _confirm(self, flagged: list[str]) -> None:
-        strict = ps.confirm_confidence(len(flagged), self.plan.family_alpha)
-        for i in flagged:
-            rec = self.records[i]
-            if rec.kind:
-                continue
-            est = rec.estimate("confirm", self.plan.seed)
-            rec.verdict = ps.confirm(est, self.rule_for(rec.name), self.plan.confidence, strict) if est else "noisy"
+        recs = [self.records[i] for i in flagged if not self.records[i].kind]
+        estimates = [rec.estimate("confirm") for rec in recs]
+        verdicts = ps.holm(estimates, [self.rule_for(rec.name) for rec in recs], self.plan.confidence,
+                           self.plan.family_alpha)
+        for rec, (verdict, level) in zip(recs, verdicts, strict=True):
+            rec.verdict, rec.level = verdict, level
 
     def _sweep(self, pair: Pair, ids: list[str], stage: str, number: int) -> Pair:
         """One worker pair over `ids` in a random order; a failed pair is replaced by a fresh one."""
@@ -251,18 +263,15 @@ class PairedGate:
                 extra += 1  # another trial in its place; the flagged one stays in the log
             else:
                 clean += 1
-        for side in SIDES:
-            pair.ask(side, {"cmd": "release"}, plan.timeout_s)
+        pair.ask_both({"cmd": "release"}, plan.timeout_s)
 
     def _prepare(self, pair: Pair, i: str) -> bool:
         """Both sides build and verify benchmark `i`; False (and the record says why) unless both are ready."""
-        ready = {}
-        for side in SIDES:
-            reply = pair.ask(side, {"cmd": "prepare", "id": i}, self.plan.timeout_s)
+        ready = pair.ask_both({"cmd": "prepare", "id": i}, self.plan.timeout_s)
+        for side, reply in ready.items():
             if not reply.get("ok"):
                 self._set(i, "failed", f"{side}: {reply.get('error')}")
                 return False
-            ready[side] = reply
         outcomes = {s: r["outcome"] for s, r in ready.items()}
         if "failed" in outcomes.values():
             side = next(s for s in SIDES if outcomes[s] == "failed")
