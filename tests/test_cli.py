@@ -188,7 +188,8 @@ def test_upgrade_check_runs_abba_and_compares(tmp_path, monkeypatch):
     (tmp_path / "site").mkdir()
     monkeypatch.setattr(upgrade.venv.EnvBuilder, "create", lambda self, folder: None)
     monkeypatch.setattr(upgrade.subprocess, "run", fake_runner)
-    code = cli.main(["upgrade-check", "--baseline", "torch==2.13.0", "--candidate", "torch==2.14.1", "--runs", "3",
+    code = cli.main(["upgrade-check", "--baseline", "torch==2.13.0", "--candidate", "torch==2.14.1",
+                     "--design", "process", "--runs", "3",
                      "--workdir", str(tmp_path / "w"), "--", "benchmarks/ops", "-m", "gemm"])
     assert code == 1  # 30% slower: a regression
     pip = [c for c in calls if "pip" in c]

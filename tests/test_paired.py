@@ -381,6 +381,18 @@ def test_bad_ab_arguments_are_one_line_errors(tmp_path, args, message):
     assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_upgrade_check_is_paired_by_default_and_runs_needs_the_process_design(tmp_path):
+    import subprocess
+
+    from opbench import cli
+
+    assert cli.parser().parse_args(["upgrade-check", "--candidate", "x"]).design == "paired"
+    p = subprocess.run([sys.executable, "-m", "opbench", "upgrade-check", "--candidate", "x", "--runs", "3",
+                        "--workdir", str(tmp_path), "--", "b"], capture_output=True, text=True, check=False)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    assert "--runs counts the process design's runs: add --design process" in p.stderr
+
+
 def test_a_worker_that_cannot_start_is_one_line(tmp_path):
     import subprocess
 

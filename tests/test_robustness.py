@@ -114,7 +114,8 @@ def test_reused_workdir_never_feeds_stale_results(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(upgrade.venv.EnvBuilder, "create", lambda self, folder: None)
     monkeypatch.setattr(upgrade.subprocess, "run", failing_pytest)
-    code = cli.main(["upgrade-check", "--candidate", "torch==2.14.1", "--runs", "3", "--workdir", str(work),
+    code = cli.main(["upgrade-check", "--candidate", "torch==2.14.1", "--design", "process", "--runs", "3",
+                     "--workdir", str(work),
                      "--", "benchmarks/ops"])
     err = capsys.readouterr().err
     assert code == 2 and "saved no result in this invocation" in err and len(err.strip().splitlines()) == 1

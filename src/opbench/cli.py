@@ -103,11 +103,14 @@ def cmd_upgrade_check(args) -> int:
     from opbench.results import upgrade
     from opbench.results.store import load_run
 
+    if args.design == "paired" and args.runs is not None:
+        raise ResultsError("--runs counts the process design's runs: add --design process, or leave it out")
     workdir = _workdir(args)
     if args.design == "paired":
         pythons = upgrade.make_envs(args.baseline, args.candidate, workdir)
         return _paired(pythons, ({}, {}), args, workdir)
-    base_files, cand_files = upgrade.run_gate(args.baseline, args.candidate, args.pytest_args, args.runs, workdir)
+    runs = args.runs or DEFAULT_RUNS
+    base_files, cand_files = upgrade.run_gate(args.baseline, args.candidate, args.pytest_args, runs, workdir)
     print(f"results in {base_files[0].parent}")
     return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
 
@@ -253,11 +256,11 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("upgrade-check", help="run the benchmarks in two environments and compare", parents=[common])
     up.add_argument("--baseline", nargs="*", default=[], metavar="REQ", help="requirements of the baseline side")
     up.add_argument("--candidate", nargs="+", required=True, metavar="REQ", help="requirements of the candidate")
-    up.add_argument("--runs", "-k", type=_at_least_one, default=DEFAULT_RUNS,
-                    help="runs per side, alternating A B B A (default %(default)s)")
-    up.add_argument("--design", choices=("process", "paired"), default="process",
-                    help="process: K whole runs per side, ABBA; paired: interleaved trials between two live "
-                         "workers (default %(default)s: the README's measurements)")
+    up.add_argument("--runs", "-k", type=_at_least_one, metavar="K",
+                    help=f"--design process: runs per side, alternating A B B A (default {DEFAULT_RUNS})")
+    up.add_argument("--design", choices=("process", "paired"), default="paired",
+                    help="paired: interleaved trials between two live workers; process: K whole runs per side, "
+                         "ABBA (default %(default)s: the README's measurements)")
     up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
     up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
     _gate_options(up)
