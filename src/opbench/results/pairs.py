@@ -47,7 +47,7 @@ class Side:
 
 @dataclass
 class Plan:
-    """How much to sample. Defaults chosen with benchmarks/gate_quality.py (README)."""
+    """How much to sample. Defaults chosen with benchmarks/paired_quality.py (README)."""
 
     trials: int = 4  # trials per benchmark and worker pair
     min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
