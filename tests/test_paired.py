@@ -79,9 +79,9 @@ def test_the_interval_covers_the_truth_at_its_confidence_and_shrugs_off_a_wild_p
 
 
 def test_holms_strictest_level_is_bonferroni_over_the_flagged_set():
-    assert ps.confirm_confidence(168) == pytest.approx(1 - 0.05 / 168)
-    assert ps.confirm_confidence(2) == pytest.approx(0.975)
-    assert ps.confirm_confidence(0) == pytest.approx(0.95)
+    assert ps.confirm_confidence(168) == pytest.approx(1 - 0.1 / 168)  # one-sided at 0.05 / 168
+    assert ps.confirm_confidence(2) == pytest.approx(0.95)
+    assert ps.confirm_confidence(0) == pytest.approx(0.90)
 
 
 def test_a_non_finite_log_ratio_is_refused():
@@ -104,7 +104,8 @@ def test_the_two_stage_rule_keeps_the_suite_wide_false_alarm_budget():
         screened = [ps.screen(ps.estimate(p), rule, 0.97) for p in _suite(rng, 0.0, n, pairs=8)]
         flagged = [i for i, v in enumerate(screened) if v in ("regression", "improvement")]
         screen_alarms += bool(flagged)
-        confirmed = ps.holm([ps.estimate(p) for p in _suite(rng, 0.0, len(flagged))], [rule] * len(flagged), 0.97)
+        confirmed = ps.holm([ps.estimate(p) for p in _suite(rng, 0.0, len(flagged))], [rule] * len(flagged),
+                            [screened[i] for i in flagged], 0.97)
         confirmed_alarms += bool({"regression", "improvement"} & {v for v, _ in confirmed})
     assert screen_alarms / suites > 0.5
     assert confirmed_alarms / suites <= 0.05 + 3 * (0.05 * 0.95 / suites) ** 0.5
@@ -113,10 +114,12 @@ def test_the_two_stage_rule_keeps_the_suite_wide_false_alarm_budget():
 def test_a_real_ten_percent_change_survives_confirmation():
     rng = np.random.default_rng(12)
     estimates = [ps.estimate(pairs) for pairs in _suite(rng, math.log(1.10), 20)]
-    verdicts = ps.holm(estimates, [Rule()] * 20, 0.97)
+    verdicts = ps.holm(estimates, [Rule()] * 20, ["regression"] * 20, 0.97)
     assert [v for v, _ in verdicts] == ["regression"] * 20
-    # the strongest is judged at Bonferroni's level, the weakest at the usual family level
-    assert sorted(level for _, level in verdicts) == pytest.approx([1 - 0.05 / k for k in range(1, 21)])
+    # the strongest is judged at Bonferroni's level, the weakest at the family level (one-sided)
+    assert sorted(level for _, level in verdicts) == pytest.approx([1 - 0.1 / k for k in range(1, 21)])
+    # a change the screen saw in the other direction is never confirmed as that direction
+    assert {v for v, _ in ps.holm(estimates, [Rule()] * 20, ["improvement"] * 20, 0.97)} <= {"noisy", "unchanged"}
 
 
 def test_holm_confirms_more_than_bonferroni_and_stops_at_the_first_failure():
@@ -128,18 +131,19 @@ def test_holm_confirms_more_than_bonferroni_and_stops_at_the_first_failure():
     estimates = [ps.estimate([rng.normal(s + rng.normal(0, 0.025), 0.02, 4) for _ in range(10)])
                  for s in shifts]
     rules = [Rule()] * len(estimates)
-    verdicts = ps.holm(estimates, rules, 0.97)
+    directions = ["regression"] * 13
+    verdicts = ps.holm(estimates, rules, directions, 0.97)
     bonferroni = [verdict(e.ratio(ps.confirm_confidence(13)), Rule()) for e in estimates]
     confirmed = [v == "regression" for v, _ in verdicts]
     assert sum(confirmed) > bonferroni.count("regression") and not any(confirmed[10:])
-    order = sorted(range(13), key=lambda k: ps.p_value(estimates[k], rules[k]))
+    order = sorted(range(13), key=lambda k: ps.p_value(estimates[k], rules[k], "regression"))
     assert [confirmed[k] for k in order] == sorted(confirmed, reverse=True)
     for est in estimates:  # the p-value is the level at which the interval starts to clear the margin
-        p = ps.p_value(est, Rule())
+        p = ps.p_value(est, Rule(), "regression")
         if p < 1:
-            assert verdict(est.ratio(1 - p * 1.0001), Rule()) == "regression"
-            assert verdict(est.ratio(1 - p * 0.9999), Rule()) != "regression"
-    assert ps.holm([None, estimates[0]], rules[:2], 0.97)[0] == ("noisy", 0.97)
+            assert verdict(est.ratio(1 - 2 * p * 1.0001), Rule()) == "regression"
+            assert verdict(est.ratio(1 - 2 * p * 0.9999), Rule()) != "regression"
+    assert ps.holm([None, estimates[0]], rules[:2], directions[:2], 0.97)[0] == ("noisy", 0.97)
 
 
 # --- the coordinator against fake workers ----------------------------------------------------
@@ -223,8 +227,8 @@ def test_a_slower_candidate_is_screened_then_confirmed_on_fresh_pairs(tmp_path):
     assert verdicts[IDS[1]] == "regression" and result.failed
     assert verdicts[IDS[0]] == verdicts[IDS[2]] == "unchanged"
     confirm = [t for t in gate.records[IDS[1]].trials if t["stage"] == "confirm"]
-    # pairs that did not screen it: the plan's 8 raised to the 6 a 95% interval needs, plus 4
-    assert {t["pair"] for t in confirm} == set(range(9, 19))
+    # pairs that did not screen it: the plan's 8 raised to the 5 a 90% interval (one-sided 5%) needs, plus 4
+    assert {t["pair"] for t in confirm} == set(range(9, 18))
     assert not any(t["stage"] == "confirm" for t in gate.records[IDS[0]].trials)
 
 

@@ -92,7 +92,7 @@ def comparison(gate: PairedGate) -> Comparison:
     result.warnings += [
         *gate.notes,
         f"paired design: {gate.pairs_started} worker pairs; {flagged} benchmark(s) flagged by the "
-        f"{100 * gate.plan.confidence:g}% screen were re-measured on fresh pairs and a change stands only at "
-        f"Holm's step-down levels, {100 * strict:.4g}% for the strongest (suite-wide false-alarm budget "
-        f"{100 * gate.plan.family_alpha:g}%)"]
+        f"{100 * gate.plan.confidence:g}% screen were re-measured on fresh pairs and a change stands only in the "
+        f"screen's direction at Holm's step-down levels (one-sided; the interval shown is two-sided, "
+        f"{100 * strict:.4g}% for the strongest; suite-wide false-alarm budget {100 * gate.plan.family_alpha:g}%)"]
     return result

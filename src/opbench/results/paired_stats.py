@@ -17,7 +17,7 @@ one wild pair moves it by one rank only. The interval needs pair medians symmetr
 true shift; between identical environments that holds exactly (swapping the sides of a pair
 flips the sign of its log-ratio), so the A/A false-alarm rate is exact at any M. The price is
 a minimum number of pairs: a two-sided level 1 - alpha is reachable only when 2 / 2^M <= alpha
-(M >= 7 for 97%, 13 for the confirmation of 168 benchmarks at 0.05 / 168); below that the
+(M >= 7 for 97%, 12 for the confirmation of 168 benchmarks, one-sided at 0.05 / 168); below that the
 interval is unbounded and the verdict `noisy`.
 """
 
@@ -96,9 +96,10 @@ def estimate(pairs: list[np.ndarray]) -> Estimate:
 
 
 def confirm_confidence(flagged: int, family_alpha: float = FAMILY_ALPHA) -> float:
-    """The confirmation's strictest level, Bonferroni over the benchmarks the screen flagged
-    (the first step of `holm`): 1 - 0.05/168 for 168 flagged, 97.5% for 2."""
-    return 1 - family_alpha / max(1, flagged)
+    """The two-sided level of the confirmation's strictest interval (the first step of `holm`):
+    its lower end is the one-sided bound at family_alpha / flagged, so 1 - 0.1/168 for 168
+    flagged, 95% for 2 and 90% for one."""
+    return 1 - 2 * family_alpha / max(1, flagged)
 
 
 def screen(est: Estimate, rule: Rule, confidence: float) -> str:
@@ -106,45 +107,46 @@ def screen(est: Estimate, rule: Rule, confidence: float) -> str:
     return verdict(est.ratio(confidence), rule)
 
 
-def p_value(est: Estimate, rule: Rule) -> float:
-    """The smallest two-sided alpha at which `est` is a change by `rule` (its signed-rank interval
-    clears the margin): 2 P(T+ <= b), b the Walsh averages on the wrong side of the margin; 1
-    when the point estimate does not clear the threshold."""
-    margin = math.log1p(rule.margin)
-    if est.log_ratio > math.log1p(rule.threshold):
-        wrong_side = int(np.sum(est.walsh <= margin))
-    elif est.log_ratio < -math.log1p(rule.threshold):
-        wrong_side = int(np.sum(est.walsh >= -margin))
-    else:
+def p_value(est: Estimate, rule: Rule, direction: str) -> float:
+    """The one-sided p-value of "a change in `direction` (the screen's verdict) by more than the
+    margin": P(T+ <= b), b the Walsh averages on the wrong side of the margin, so that
+    `est` is that change by `rule` at a two-sided level 1 - 2p; 1 when the point estimate does
+    not clear the threshold in that direction."""
+    sign = {"regression": 1.0, "improvement": -1.0}[direction]
+    if sign * est.log_ratio <= math.log1p(rule.threshold):
         return 1.0
-    return min(1.0, 2 * float(signed_rank_cdf(est.pairs)[wrong_side]))
+    wrong_side = int(np.sum(sign * est.walsh <= math.log1p(rule.margin)))
+    return float(signed_rank_cdf(est.pairs)[wrong_side])
 
 
-def holm(estimates: list[Estimate | None], rules: list[Rule], confidence: float,
+def holm(estimates: list[Estimate | None], rules: list[Rule], directions: list[str], confidence: float,
          family_alpha: float = FAMILY_ALPHA) -> list[tuple[str, float]]:
     """The confirmation's verdicts on the F benchmarks the screen flagged, from fresh worker
-    pairs, with Holm's step-down: in order of `p_value`, the k-th (from 0) stands as a change
-    if it clears the margin at level 1 - alpha / (F - k); the first that does not stops the
-    procedure. A benchmark not confirmed is 'unchanged' if its interval at the usual level lies
-    within +-threshold, else 'noisy'. Returns (verdict, level of the interval to report).
+    pairs, with Holm's step-down: in order of `p_value`, the k-th (from 0) stands as a change in
+    the screen's direction if it clears the margin one-sided at alpha / (F - k), i.e. with the
+    two-sided interval at 1 - 2 alpha / (F - k); the first that does not stops the procedure. A
+    benchmark not confirmed is 'unchanged' if its interval at the usual level lies within
+    +-threshold, else 'noisy'. Returns (verdict, level of the interval to report).
 
-    Why this keeps the suite-wide budget: the confirmation's data are independent of the
-    screen's, so given the flagged set, the first unchanged benchmark the step-down reaches is
-    tested at a level of at most alpha / F0 (F0 unchanged among the F); any false alarm needs it
-    to fail, which happens with probability at most F0 x alpha / F0. Holm confirms everything
-    Bonferroni (alpha / F for all) does, and more when many changed."""
-    order = sorted(range(len(estimates)),
-                   key=lambda k: p_value(estimates[k], rules[k]) if estimates[k] is not None else 2.0)
+    Why this keeps the suite-wide budget: each hypothesis is directional, fixed by the screen
+    before the confirmation's data exist ("the change is at most the margin in the screened
+    direction"), and the confirmation's data are independent of the screen's; so given the
+    flagged set, the first unchanged benchmark the step-down reaches is tested at a level of at
+    most alpha / F0 (F0 unchanged among the F), and any false alarm needs it to pass, which
+    happens with probability at most F0 x alpha / F0. Holm confirms everything Bonferroni (alpha
+    / F for all) does, and more when many changed; testing one side only halves every p-value
+    against a two-sided test at no cost to the budget, since the other side was never a claim."""
+    order = sorted(range(len(estimates)), key=lambda k: p_value(estimates[k], rules[k], directions[k])
+                   if estimates[k] is not None else 2.0)
     out = [("noisy", confidence)] * len(estimates)
     going = True
     for step, k in enumerate(order):
         est, rule = estimates[k], rules[k]
         if est is None:
             continue
-        level = 1 - family_alpha / (len(estimates) - step)
-        strict = verdict(est.ratio(level), rule) if going else ""
-        if strict in ("regression", "improvement"):
-            out[k] = (strict, level)
+        level = 1 - 2 * family_alpha / (len(estimates) - step)
+        if going and verdict(est.ratio(level), rule) == directions[k]:
+            out[k] = (directions[k], level)
             continue
         going = False
         out[k] = ("unchanged" if verdict(est.ratio(confidence), rule) == "unchanged" else "noisy", confidence)

@@ -223,8 +223,8 @@ class PairedGate:
     def _confirm(self, flagged: list[str]) -> None:
         recs = [self.records[i] for i in flagged if not self.records[i].kind]
         estimates = [rec.estimate("confirm") for rec in recs]
-        verdicts = ps.holm(estimates, [self.rule_for(rec.name) for rec in recs], self.plan.confidence,
-                           self.plan.family_alpha)
+        verdicts = ps.holm(estimates, [self.rule_for(rec.name) for rec in recs], [rec.verdict for rec in recs],
+                           self.plan.confidence, self.plan.family_alpha)
         for rec, (verdict, level) in zip(recs, verdicts, strict=True):
             rec.verdict, rec.level = verdict, level
 
