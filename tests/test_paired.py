@@ -375,7 +375,7 @@ def test_the_real_worker_answers_the_protocol(tmp_path):
     (["--baseline-python", sys.executable, "--candidate-python", sys.executable, "--false-alarm", "100", "--", "b"],
      "argument --false-alarm: expected a percentage between 0 and 100"),
     (["--baseline-python", sys.executable, "--candidate-python", sys.executable, "--pairs", "3", "--max-pairs", "5",
-      "--", "b"], "--pairs 3: a 97% interval over worker pairs needs at least 7 pairs"),
+      "--", "b"], "--pairs 3 --max-pairs 5: a 97% interval over worker pairs needs at least 7 pairs"),
 ])
 def test_bad_ab_arguments_are_one_line_errors(tmp_path, args, message):
     import subprocess

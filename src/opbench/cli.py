@@ -136,8 +136,8 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
     default, rules = _rules(args)
     needed = ps.min_pairs(args.confidence / 100)
     if max(args.pairs, args.max_pairs) < needed:
-        raise ResultsError(f"--pairs {args.pairs}: a {args.confidence:g}% interval over worker pairs needs at "
-                           f"least {needed} pairs")
+        raise ResultsError(f"--pairs {args.pairs} --max-pairs {args.max_pairs}: a {args.confidence:g}% interval "
+                           f"over worker pairs needs at least {needed} pairs")
     plan = Plan(trials=args.trials, min_pairs=args.pairs, max_pairs=max(args.pairs, args.max_pairs),
                 budget_s=60 * args.budget, timeout_s=args.timeout, confidence=args.confidence / 100,
                 family_alpha=args.false_alarm / 100, seed=args.seed)

@@ -51,8 +51,8 @@ class Plan:
 
     trials: int = 4  # trials per benchmark and worker pair
     min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
-    max_pairs: int = 30  # screen: at most this many for undecided benchmarks
-    confirm_pairs: int = 14  # fresh pairs for the flagged benchmarks (more when Holm's first level needs them)
+    max_pairs: int = 60  # screen: at most this many for undecided benchmarks (a new pair starts in about 1 s)
+    confirm_pairs: int = 24  # fresh pairs for the flagged benchmarks (more when Holm's first level needs them)
     budget_s: float = 20 * 60.0  # the screen's extension stops when this is spent
     burst_s: float = 0.04  # target length of one burst
     round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
