@@ -7,7 +7,6 @@ thread count other than the one asked for.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -151,43 +150,30 @@ INJECT = "OPBENCH_INJECT_SLOWDOWN"
 
 def inject_slowdown(prepared) -> float:
     """Test-only hook for measuring the regression gate's sensitivity: with OPBENCH_INJECT_SLOWDOWN
-    set to a fraction f, every timed call takes 1 + f times as long as the operation's own call:
-    the wrapper times the call, then spins for f times that duration, less the wrapper's own cost
-    (measured on this operation here), so the candidate is f slower in whatever state its
-    process is in, as an operation that got slower would be. (A fixed spin sized once per
-    process from a 50 ms sample, as before, made the slowdown itself vary between processes: in a
-    7% paired run the benchmarks' median slowdowns ranged from 4.8% to 17.7%.) Results record it
-    as extra_info['injected_slowdown']."""
+    set to a fraction f, every timed call spins for f times the operation's own fastest time
+    (over at least 7 calls and 50 ms after 3 warm-up calls: the fastest call is steady from one
+    process to the next, where a median of a few early calls can be twice the steady time).
+    Results record it as extra_info['injected_slowdown']."""
     fraction = float(os.environ.get(INJECT, "0") or 0)
     if fraction <= 0:
         return 0.0
     call = prepared.call
-    added, cost = [0.0], [0.0]  # the fraction to add and the wrapper's own cost per call, set below
+    for _ in range(3):
+        _seconds(call)
+    samples, end = [], time.perf_counter() + 0.05
+    while len(samples) < 7 or time.perf_counter() < end:
+        samples.append(_seconds(call))
+    extra = fraction * min(samples)
 
     def slowed():
-        start = time.perf_counter()
         result = call()
-        end = start + (1 + added[0]) * (time.perf_counter() - start) - cost[0]
+        end = time.perf_counter() + extra
         while time.perf_counter() < end:
             pass
         return result
 
-    for _ in range(3):
-        _seconds(call)
-    loops = max(1, math.ceil(2e-3 / max(min(_seconds(call) for _ in range(3)), 1e-7)))
-    cost[0] = max(0.0, _per_call(slowed, loops) - _per_call(call, loops))  # with nothing added yet
-    added[0] = fraction
     prepared.call = slowed
     return fraction
-
-
-def _per_call(fn: Callable[[], Any], loops: int, rounds: int = 5) -> float:
-    """The fastest time per call over `rounds` loops of `loops` calls."""
-    def one_round():
-        for _ in range(loops):
-            fn()
-
-    return min(_seconds(one_round) for _ in range(rounds)) / loops
 
 
 def _prepare(case, backend, settings):
