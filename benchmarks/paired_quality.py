@@ -87,29 +87,27 @@ def analyse(runs: list[dict]) -> None:
         for label, key in METRICS.items():
             per_bench = []
             for b in aa:
-                by_pair: dict[int, list[float]] = {}
-                for t in b["trials"]:
-                    by_pair.setdefault(t["pair"], []).append(t[key])
-                per_bench.append(np.median([spread(np.array(v)) for v in by_pair.values()]))
+                per_bench.append(np.median([spread(np.array(v)) for v in by_pair(b, key)]))
             print(f"  {label:14s} {100 * np.median(per_bench):.2f}%")
         share = np.mean([t["interfered"] for b in aa for t in b["trials"]])
         print(f"  trials repeated for steal time: {100 * share:.1f}%")
-        between = [spread(np.array(pair_medians(b, "screen"))) for b in aa]
+        between = [spread(np.array([np.median(v) for v in by_pair(b, "log_ratio", "screen")])) for b in aa]
         print(f"A/A spread of the pair medians (screen): median {100 * np.median(between):.2f}%, "
               f"90th percentile {100 * np.percentile(between, 90):.2f}%")
     for r in runs:
-        left = [f"{b['name']} ({len(pair_medians(b, 'screen'))} pairs)" for b in r["paired"]["benchmarks"]
+        left = [f"{b['name']} ({len(by_pair(b, 'log_ratio', 'screen'))} pairs)" for b in r["paired"]["benchmarks"]
                 if b["verdict"] == "noisy"]
         if left:
             print(f"{Path(r['name']).name} noisy: {', '.join(left)}")
 
 
-def pair_medians(benchmark: dict, stage: str) -> list[float]:
-    by_pair: dict[int, list[float]] = {}
+def by_pair(benchmark: dict, key: str, stage: str | None = None) -> list[list[float]]:
+    """One field of a benchmark's trials (of one stage, or all), grouped by worker pair."""
+    groups: dict[int, list[float]] = {}
     for t in benchmark["trials"]:
-        if t["stage"] == stage:
-            by_pair.setdefault(t["pair"], []).append(t["log_ratio"])
-    return [float(np.median(v)) for v in by_pair.values()]
+        if stage is None or t["stage"] == stage:
+            groups.setdefault(t["pair"], []).append(t[key])
+    return list(groups.values())
 
 
 def main() -> None:
