@@ -2,7 +2,7 @@
 slowdown, measured on this machine with real benchmark runs.
 
 It runs the selected benchmarks POOL times as the baseline and SLOW times with an injected
-slowdown (OPBENCH_INJECT_SLOWDOWN: every timed call spins for that fraction of the operation's
+slowdown (OPBENCH_INJECT_SLOWDOWN: every timed call does extra work worth that fraction of the operation's
 own time), in a shuffled order so that drift hits both kinds, then, for every K in --runs and
 every confidence in --confidence:
 - A/A: SPLITS random splits of the baseline pool into two disjoint sides of K runs each, compared
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.measure import INJECT
+from opbench.inject import ENV as INJECT
 from opbench.results.compare import STATISTICS, compare
 from opbench.results.stats import Rule
 from opbench.results.store import Run, load_run

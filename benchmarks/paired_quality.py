@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.measure import INJECT
+from opbench.inject import ENV as INJECT
 from opbench.results.paired_stats import spread
 
 FLAGGED = ("regression", "improvement")
@@ -60,9 +60,25 @@ def load_runs(folders: list[Path]) -> list[dict]:
         for meta in sorted(folder.glob("*/run.json")):
             logs = sorted(meta.parent.glob("results-*/paired.json"))
             if logs:
+                candidate = logs[-1].parent / "candidate.json"
                 runs.append({**json.loads(meta.read_text()), "paired": json.loads(logs[-1].read_text()),
+                             "candidate": json.loads(candidate.read_text()) if candidate.exists() else {},
                              "name": str(meta.parent)})
     return runs
+
+
+def injected(group: list[dict]) -> None:
+    """The slowdown the gate saw (each benchmark's median trial ratio) beside the one the
+    injection measured when it sized its extra work."""
+    seen = [np.expm1(np.median([t["log_ratio"] for t in b["trials"]]))
+            for r in group for b in r["paired"]["benchmarks"] if b["trials"]]
+    sized = [b["extra_info"]["injected_measured"] for r in group for b in r.get("candidate", {}).get("benchmarks", [])
+             if "injected_measured" in b.get("extra_info", {})]
+    for label, values in (("seen by the gate", seen), ("measured at sizing", sized)):
+        if values:
+            q = np.percentile(100 * np.array(values), [0, 10, 50, 90, 100])
+            print(f"  slowdown {label}: median {q[2]:.1f}% (10-90%: {q[1]:.1f} to {q[3]:.1f}; "
+                  f"range {q[0]:.1f} to {q[4]:.1f}) over {len(values)} benchmarks")
 
 
 def analyse(runs: list[dict]) -> None:
@@ -81,6 +97,7 @@ def analyse(runs: list[dict]) -> None:
             print(f"slowdown {100 * slowdown:g}%: {caught}/{n} flagged as regressions "
                   f"({100 * caught / max(n, 1):.0f}%) in {len(group)} gate runs; "
                   f"wall {np.mean(walls):.1f} min per gate run")
+            injected(group)
     aa = [b for r in runs if r["slowdown"] == 0 for b in r["paired"]["benchmarks"] if b["trials"]]
     if aa:
         print("A/A spread of trial log-ratios inside a worker pair (median over benchmarks of 1.4826 MAD):")

@@ -170,3 +170,4 @@ def test_injected_slowdown_is_recorded(monkeypatch):
     bench = FakeBenchmark(seconds=1e-3)
     measure(bench, bound(NumpyBackend()))
     assert bench.extra_info["injected_slowdown"] == 0.5
+    assert "injected_measured" in bench.extra_info

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from opbench.backends.base import Backend
+from opbench.inject import Injection, inject_slowdown, recorded
 
 NOISY_IQR = 0.10  # IQR / median above this draws a warning
 
@@ -145,37 +146,6 @@ def warn_if_noisy(name: str, timing: Timing) -> None:
         )
 
 
-INJECT = "OPBENCH_INJECT_SLOWDOWN"
-
-
-def inject_slowdown(prepared) -> float:
-    """Test-only hook for measuring the regression gate's sensitivity: with OPBENCH_INJECT_SLOWDOWN
-    set to a fraction f, every timed call spins for f times the operation's own fastest time
-    (over at least 7 calls and 50 ms after 3 warm-up calls: the fastest call is steady from one
-    process to the next, where a median of a few early calls can be twice the steady time).
-    Results record it as extra_info['injected_slowdown']."""
-    fraction = float(os.environ.get(INJECT, "0") or 0)
-    if fraction <= 0:
-        return 0.0
-    call = prepared.call
-    for _ in range(3):
-        _seconds(call)
-    samples, end = [], time.perf_counter() + 0.05
-    while len(samples) < 7 or time.perf_counter() < end:
-        samples.append(_seconds(call))
-    extra = fraction * min(samples)
-
-    def slowed():
-        result = call()
-        end = time.perf_counter() + extra
-        while time.perf_counter() < end:
-            pass
-        return result
-
-    prepared.call = slowed
-    return fraction
-
-
 def _prepare(case, backend, settings):
     if case.kind == "model":
         from opbench.e2e import prepare_model
@@ -194,7 +164,7 @@ class Ready:
     threads: int
     first_call_s: float
     max_abs_err: float
-    injected: float
+    injected: Injection | None
 
 
 def setup(case, backend, state) -> Ready:
@@ -234,8 +204,7 @@ def measure(benchmark, bound) -> None:
         dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=ready.threads, flops=prepared.flops,
         bytes=prepared.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s, **prepared.extra,
     )
-    if ready.injected:
-        benchmark.extra_info["injected_slowdown"] = ready.injected
+    benchmark.extra_info.update(recorded(ready.injected))
     try:
         _time_and_check(benchmark, case, prepared, state)
     except BaseException:

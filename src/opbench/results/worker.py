@@ -95,6 +95,7 @@ class Worker:
 
         from opbench import execute
         from opbench.backends.base import Unavailable
+        from opbench.inject import recorded
         from opbench.known_issues import known_issue
         from opbench.measure import first_call, setup
 
@@ -121,8 +122,7 @@ class Worker:
                      mode=case.mode, dtype=case.dtype, shape=case.label, layout=p.layout, threads=ready.threads,
                      flops=p.flops, bytes=p.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s,
                      **p.extra)
-        if ready.injected:
-            extra["injected_slowdown"] = ready.injected
+        extra.update(recorded(ready.injected))
         return {"ok": True, "outcome": "ready", "name": name, "group": case.group, "call_s": sorted(calls)[1],
                 "extra_info": extra, "peak": state.peak(case.device, case.dtype)}
 
