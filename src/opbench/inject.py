@@ -11,7 +11,7 @@ Sizing, in the process that runs the benchmark:
    warm-up. On this shared machine a round's time can be 30% above the fastest even when it is
    quiet; the fastest of many is steady to ~2% from one process to the next. A single call's
    minimum is not what the gates measure (it misses the per-call costs a round pays);
-2. the wrapper's own cost, on a call that does nothing, and one loop turn's cost;
+2. the wrapper's own cost, on a call that does nothing, and one loop turn's cost (once a process);
 3. the turns that make up the rest of f times the plain time; then plain and slowed rounds
    alternated 20 times, whose fastest ones give the slowdown measured.
 When the wrapper alone costs more than f (a call of a microsecond or so), the slowdown is the
@@ -19,6 +19,7 @@ wrapper's. Results record the fraction asked for and the one measured."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -97,6 +98,7 @@ def _noop() -> None:
     return None
 
 
+@functools.cache
 def _wrapper_s() -> float:
     """What wrapping costs a call with no extra work, measured on a call that does nothing (on
     the operation itself the difference would drown in its own noise)."""
@@ -104,6 +106,7 @@ def _wrapper_s() -> float:
     return max(0.0, per_call(slowed(_noop, 0), loops) - per_call(_noop, loops))
 
 
+@functools.cache
 def _iteration_s() -> float:
     """One turn of the empty loop, from the fastest of several 1e5-turn loops."""
     best = float("inf")
