@@ -40,6 +40,19 @@ def test_compare_clean_exits_0_and_rules_override(tmp_path):
     assert cli.main(["compare", *map(str, base), "--", *map(str, cand), "--rule", "test_gemm[[]torch*=15:20"]) == 0
 
 
+def test_noisy_passes_unless_fail_on_noisy(tmp_path):
+    """Spread-out candidate runs whose interval straddles the margin: undecided, which passes the
+    gate by default and fails it with --fail-on-noisy."""
+    base = gemm_runs(tmp_path, "a", [1e-3, 1.01e-3, 0.99e-3])
+    cand = gemm_runs(tmp_path, "b", [0.95e-3, 1.1e-3, 1.25e-3])
+    files = [*map(str, base), "--", *map(str, cand)]
+    code, out, _ = run_cli("compare", *files)
+    assert code == 0 and re.search(r"test_gemm\[torch.*noisy", out)
+    assert "they do not fail the gate unless --fail-on-noisy" in out
+    code, out, _ = run_cli("compare", *files, "--fail-on-noisy")
+    assert code == 1 and "NOISY (1)" in out
+
+
 def test_statistic_and_confidence_choose_what_is_compared(tmp_path, capsys):
     """Slower median rounds with unchanged fastest rounds: a regression only by the median."""
     def runs(side, medians):

@@ -287,6 +287,12 @@ def test_noisy_benchmarks_get_more_pairs_until_max_pairs(tmp_path):
     assert gate.records[IDS[0]].verdict == "noisy" and not gate.notes
 
 
+def test_the_default_budget_grows_with_the_selection():
+    assert Plan().budget_for(5) == 20 * 60  # at least 20 minutes
+    assert Plan().budget_for(168) == 168 * 60  # a minute per benchmark
+    assert Plan(budget_s=300).budget_for(168) == 300  # --budget wins
+
+
 def test_the_budget_stops_the_extension(tmp_path):
     gate = run_noisy(tmp_path, min_pairs=8, max_pairs=10, budget_s=1e-6)
     assert len({t["pair"] for t in gate.records[IDS[0]].trials}) == 8

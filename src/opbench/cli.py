@@ -83,6 +83,7 @@ def _compare_and_print(baseline, candidate, args) -> int:
 
     default, rules = _rules(args)
     result = compare(baseline, candidate, default, rules, args.statistic, args.confidence / 100)
+    result.fail_on_noisy = args.fail_on_noisy
     print(format_text(result, markdown=getattr(args, "markdown", False)))
     return 1 if result.failed else 0
 
@@ -139,8 +140,8 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
         raise ResultsError(f"--pairs {args.pairs} --max-pairs {args.max_pairs}: a {args.confidence:g}% interval "
                            f"over worker pairs needs at least {needed} pairs")
     plan = Plan(trials=args.trials, min_pairs=args.pairs, max_pairs=max(args.pairs, args.max_pairs),
-                budget_s=60 * args.budget, timeout_s=args.timeout, confidence=args.confidence / 100,
-                family_alpha=args.false_alarm / 100, seed=args.seed)
+                budget_s=None if args.budget is None else 60 * args.budget, timeout_s=args.timeout,
+                confidence=args.confidence / 100, family_alpha=args.false_alarm / 100, seed=args.seed)
     base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     sides = tuple(Side(name, python, {**base_env, **env}) for name, python, env in zip(SIDES, pythons, envs,
                                                                                        strict=True))
@@ -149,6 +150,7 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
     gate.run()
     paired_results.save(gate, folder)
     result = paired_results.comparison(gate)
+    result.fail_on_noisy = args.fail_on_noisy
     print(format_text(result, markdown=args.markdown))
     print(f"results in {folder}")
     return 1 if result.failed else 0
@@ -157,8 +159,9 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
 def _paired_options(p: argparse.ArgumentParser) -> None:
     from opbench.results.pairs import Plan
 
-    p.add_argument("--budget", type=_positive, default=Plan.budget_s / 60, metavar="MINUTES",
-                   help="time after which undecided benchmarks get no more worker pairs (default %(default)g)")
+    p.add_argument("--budget", type=_positive, metavar="MINUTES",
+                   help="time after which undecided benchmarks get no more worker pairs (default: "
+                        f"{Plan.budget_per_benchmark_s / 60:g} per benchmark, at least {Plan.min_budget_s / 60:g})")
     p.add_argument("--trials", type=_at_least_one, default=Plan.trials,
                    help="paired trials per benchmark and worker pair (default %(default)s)")
     p.add_argument("--pairs", type=_at_least_one, default=Plan.min_pairs,
@@ -183,6 +186,8 @@ def _gate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", type=_percent, default=100 * CONFIDENCE,
                    help="confidence of the intervals in percent (default %(default)g)")
     p.add_argument("--markdown", action="store_true", help="Markdown output for CI summaries")
+    p.add_argument("--fail-on-noisy", action="store_true",
+                   help="a benchmark the data could not decide (noisy) fails the gate (exit 1) too")
 
 
 def _number(text: str) -> float:

@@ -72,10 +72,12 @@ class Comparison:
     confidence: float = CONFIDENCE
     broken: list[str] = field(default_factory=list)  # benchmarks that crashed, hung or failed a check
     skipped: list[str] = field(default_factory=list)  # benchmarks neither side could run here
+    fail_on_noisy: bool = False  # an undecided benchmark fails the gate too
 
     @property
     def failed(self) -> bool:
-        return bool(self.missing or self.broken) or any(r.verdict == "regression" for r in self.rows)
+        fails = ("regression", "noisy") if self.fail_on_noisy else ("regression",)
+        return bool(self.missing or self.broken) or any(r.verdict in fails for r in self.rows)
 
     def count(self, what: str) -> int:
         return sum(1 for r in self.rows if r.verdict == what)
@@ -205,6 +207,10 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
         lines += [f"  {m}" for m in c.missing]
     if c.new:
         lines += ["", f"new in the candidate ({len(c.new)}):"] + [f"  {n}" for n in c.new]
+    if c.count("noisy"):
+        lines += ["", f"NOISY ({c.count('noisy')}): the data could not decide; --fail-on-noisy fails the gate on them"
+                  if c.fail_on_noisy else f"noisy ({c.count('noisy')}): the data could not decide; they do not fail "
+                  "the gate unless --fail-on-noisy is given"]
     lines += ["", f"{c.count('regression')} regressions, {c.count('improvement')} improvements, "
               f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"
               + (f", {len(c.broken)} failed" if c.broken else "")]

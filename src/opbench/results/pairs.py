@@ -53,11 +53,20 @@ class Plan:
     min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
     max_pairs: int = 60  # screen: at most this many for undecided benchmarks (a new pair starts in about 1 s)
     confirm_pairs: int = 24  # fresh pairs for the flagged benchmarks (more when Holm's first level needs them)
-    budget_s: float = 20 * 60.0  # the screen's extension stops when this is spent
+    budget_s: float | None = None  # the screen's extension stops when this is spent (None: budget_for)
+    budget_per_benchmark_s: float = 60.0  # ... by default this much per benchmark of the selection,
+    min_budget_s: float = 20 * 60.0  # ... and at least this
     burst_s: float = 0.04  # target length of one burst
     round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
     timeout_s: float = 600.0  # collect and prepare (first calls compile)
     confidence: float = CONFIDENCE
+
+    def budget_for(self, benchmarks: int) -> float:
+        """The screen's budget for a selection: the one given, else a minute per benchmark (the
+        process gate at K=7 took 1.1-1.6 min per benchmark here) and at least 20 minutes."""
+        if self.budget_s is not None:
+            return self.budget_s
+        return max(self.min_budget_s, self.budget_per_benchmark_s * benchmarks)
     family_alpha: float = ps.FAMILY_ALPHA
     seed: int = 0
 
@@ -144,6 +153,7 @@ class PairedGate:
         self.pairs: list[Pair] = []  # every pair started, closed again however the run ends
         self.notes: list[str] = []
         self.start = time.monotonic()
+        self.budget_s = plan.budget_for(0)  # until the selection is known
 
     # -- workers ---------------------------------------------------------------------------
     def new_pair(self) -> Pair:
@@ -177,6 +187,7 @@ class PairedGate:
         for i in sorted(set(cand) - set(base)):
             self.records[i] = Record(i, name=i.rsplit("::", 1)[-1], kind="new", problem="not collected by the baseline")
         active = [i for i in base if not self.records[i].kind]
+        self.budget_s = self.plan.budget_for(len(active))
         number = 0
         while active:
             number += 1
@@ -218,7 +229,7 @@ class PairedGate:
             return True
         done = sum(1 for r in self.records.values() for t in r.trials if t["stage"] == "screen") or 1
         per_trial = self.elapsed() / done
-        return self.elapsed() + per_trial * self.plan.trials * len(active) <= self.plan.budget_s
+        return self.elapsed() + per_trial * self.plan.trials * len(active) <= self.budget_s
 
     def _confirm(self, flagged: list[str]) -> None:
         recs = [self.records[i] for i in flagged if not self.records[i].kind]
@@ -327,7 +338,7 @@ class PairedGate:
                 counts[r.verdict] = counts.get(r.verdict, 0) + 1
         so_far = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no verdicts yet"
         state = rec.problem or f"{len(rec.trials)} trials"
-        left = (self.plan.budget_s - self.elapsed()) / 60
+        left = (self.budget_s - self.elapsed()) / 60
         self.progress(f"[{stage} pair {number} | {done}/{total}] {rec.name or i}: {state} | {so_far} | "
                       f"{left:.1f} min of budget left")
 
