@@ -60,6 +60,8 @@ class Plan:
     round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
     timeout_s: float = 600.0  # collect and prepare (first calls compile)
     confidence: float = CONFIDENCE
+    family_alpha: float = ps.FAMILY_ALPHA
+    seed: int = 0
 
     def budget_for(self, benchmarks: int) -> float:
         """The screen's budget for a selection: the one given, else a minute per benchmark (the
@@ -67,8 +69,6 @@ class Plan:
         if self.budget_s is not None:
             return self.budget_s
         return max(self.min_budget_s, self.budget_per_benchmark_s * benchmarks)
-    family_alpha: float = ps.FAMILY_ALPHA
-    seed: int = 0
 
 
 @dataclass
