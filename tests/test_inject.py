@@ -23,12 +23,47 @@ def test_slowed_returns_the_calls_result_and_calls_it_once():
     assert calls == [1]
 
 
-def test_the_extra_work_is_the_fraction_of_the_calls_own_loop():
-    # the call is 20000 turns of the very loop the injection adds: 10% is about 2000 turns
-    # (a ratio measured in one process; wide bounds for a busy machine)
-    injection = inject.size(work(), 0.10)
-    assert 1_000 <= injection.iterations <= 3_000
-    assert injection.fraction == 0.10
+def test_a_call_of_a_millisecond_is_slowed_in_proportion_to_its_own_time():
+    # a ratio measured in one process, with wide bounds for a busy machine (10% came out
+    # between -1% and 25% here)
+    injection = inject.size(work(), 0.5)
+    assert injection.model == "scaled" and injection.fraction == 0.5
+    assert 0.2 <= injection.measured <= 0.9
+
+
+class Clock:
+    """A clock that a call moves on by its duration and each read by a microsecond."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+
+def test_the_scaled_spin_follows_each_calls_duration():
+    clock, durations = Clock(), []
+
+    def call():
+        clock.now += durations[-1]
+        return "result"
+
+    wrapped = inject.scaled(call, 0.07, 2e-6, clock)
+    for duration in (0.001, 0.004, 0.0005):
+        durations.append(duration)
+        start = clock.now
+        assert wrapped() == "result"
+        # the call and its first read, 7% of that, less the 2 us overhead; one read of overshoot
+        spun = clock.now - start
+        assert 1.07 * (duration + 1e-6) - 2e-6 <= spun <= 1.07 * (duration + 1e-6) + 1e-6
+
+
+def test_a_call_of_a_microsecond_gets_the_counted_loop():
+    # 10% of ~0.5 us is less than the scaled wrapper's three clock reads
+    injection = inject.size(work(20), 0.10)
+    assert injection.model == "loop"
+    assert injection.call() == "result"
 
 
 def test_no_slowdown_without_the_variable(monkeypatch):
@@ -44,6 +79,6 @@ def test_the_slowdown_wraps_the_call_and_is_recorded(monkeypatch):
     prepared = SimpleNamespace(call=plain)
     injection = inject.inject_slowdown(prepared)
     assert prepared.call is not plain and prepared.call() == "result"
-    assert injection.iterations > 0
     extra = inject.recorded(injection)
-    assert extra["injected_slowdown"] == 0.5 and isinstance(extra["injected_measured"], float)
+    assert extra["injected_slowdown"] == 0.5 and extra["injected_model"] in ("scaled", "loop")
+    assert isinstance(extra["injected_measured"], float)

@@ -1,21 +1,21 @@
 """Test-only slowdown injection for measuring the regression gates' sensitivity.
 
-With OPBENCH_INJECT_SLOWDOWN set to a fraction f, every timed call does a fixed amount of extra
-CPU work sized so that the call takes (1 + f) times as long, as the gates measure it: the fastest
-per-call mean over rounds of at least 2 ms (the paired gate's timed round). The work is a counted
-loop, not a spin until a deadline, so that it costs the same from call to call (a deadline spin
-adds two clock reads and overshoots by one; on a 2 us operation that alone was a 15% slowdown).
-
-Sizing, in the process that runs the benchmark:
-1. the plain call's time: the fastest of up to 100 rounds of at least 2 ms (1 s at most) after a
-   warm-up. On this shared machine a round's time can be 30% above the fastest even when it is
-   quiet; the fastest of many is steady to ~2% from one process to the next. A single call's
-   minimum is not what the gates measure (it misses the per-call costs a round pays);
-2. the wrapper's own cost, on a call that does nothing, and one loop turn's cost (once a process);
-3. the turns that make up the rest of f times the plain time; then plain and slowed rounds
-   alternated 20 times, whose fastest ones give the slowdown measured.
-When the wrapper alone costs more than f (a call of a microsecond or so), the slowdown is the
-wrapper's. Results record the fraction asked for and the one measured."""
+With OPBENCH_INJECT_SLOWDOWN set to a fraction f, every timed call is made about (1 + f) times as
+long, in one of two ways, chosen per benchmark and recorded in its results:
+- "scaled" (calls of about 10 us and more): after each call, a spin until f times that call's own
+  duration has passed (less the wrapper's own cost). The slowdown follows the operation through
+  its slow spells and cold caches, as a real regression that adds work of the operation's own
+  kind does. A fixed amount of extra work does not: it was sized in a hot loop, so between the
+  paired gate's alternating rounds (where the other side evicts the caches) it was a smaller share
+  of the call (median 5.3% seen where 7% was asked), and it slowed down in other spells than the
+  memory-bound operations did (the injected side's trials spread 3x the A/A's);
+- "loop" (shorter calls, where three clock reads are already most of f): a counted empty loop
+  after each call, sized from the plain call's time as the gates measure it (the fastest per-call
+  mean over up to 100 rounds of at least 2 ms), less the wrapper's cost on a call that does
+  nothing. When the wrapper alone costs more than f (a call of a microsecond or so), the
+  slowdown is the wrapper's.
+Either way, plain and slowed rounds are then alternated 20 times, and their fastest ones give the
+slowdown measured. Results record the fraction asked for, the model and the slowdown measured."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ MIN_ROUNDS = 5
 LONG_ROUNDS, LONG_S = 100, 1.0  # the plain call's time, which sizes the extra work
 CHECK_ROUNDS = 20  # plain and slowed rounds alternated to measure the slowdown injected
 WARM_UP = 10  # calls before sizing starts
+SCALED_MIN = 3  # the scaled model once f times the call is this many times the wrapper's cost
 
 
 @dataclass
@@ -42,7 +43,8 @@ class Injection:
 
     fraction: float  # asked for
     measured: float  # wrapped against plain at the end of sizing
-    iterations: int  # counted-loop iterations per call
+    model: str  # "scaled" or "loop"
+    call: Callable[[], Any]  # the slowed call
 
 
 def slowed(call: Callable[[], Any], iterations: int) -> Callable[[], Any]:
@@ -57,6 +59,23 @@ def slowed(call: Callable[[], Any], iterations: int) -> Callable[[], Any]:
         return result
 
     return call_then_work
+
+
+def scaled(call: Callable[[], Any], fraction: float, overhead: float,
+           clock: Callable[[], float] = time.perf_counter) -> Callable[[], Any]:
+    """The call, then a spin until `fraction` times its own duration, less `overhead`, has
+    passed: each call is slowed in proportion to what it took this time."""
+
+    def call_then_wait() -> Any:
+        start = clock()
+        result = call()
+        end = clock()
+        deadline = end + fraction * (end - start) - overhead
+        while clock() < deadline:
+            pass
+        return result
+
+    return call_then_wait
 
 
 def per_call(call: Callable[[], Any], loops: int, rounds: int = ROUNDS, seconds: float = ESTIMATE_S) -> float:
@@ -84,26 +103,38 @@ def loops_for(call: Callable[[], Any]) -> int:
 def size(call: Callable[[], Any], fraction: float) -> Injection:
     loops = loops_for(call)
     plain = per_call(call, loops, LONG_ROUNDS, LONG_S)
-    extra = fraction * plain - _wrapper_s()
-    iterations = max(0, round(extra / _iteration_s()))
-    wrapped = slowed(call, iterations)
+    if fraction * plain >= SCALED_MIN * _scaled_overhead_s():
+        model, wrapped = "scaled", scaled(call, fraction, _scaled_overhead_s())
+    else:
+        iterations = max(0, round((fraction * plain - _wrapper_s()) / _iteration_s()))
+        model, wrapped = "loop", slowed(call, iterations)
     plain_min, wrapped_min = float("inf"), float("inf")
     for _ in range(CHECK_ROUNDS):  # interleaved, so that a slow spell hits both
         plain_min = min(plain_min, per_call(call, loops, 1))
         wrapped_min = min(wrapped_min, per_call(wrapped, loops, 1))
-    return Injection(fraction, wrapped_min / plain_min - 1, iterations)
+    return Injection(fraction, wrapped_min / plain_min - 1, model, wrapped)
 
 
 def _noop() -> None:
     return None
 
 
+def _added_s(wrapped: Callable[[], Any]) -> float:
+    """What a wrapper costs a call that does nothing (on the operation itself the difference
+    would drown in its own noise)."""
+    loops = loops_for(_noop)
+    return max(0.0, per_call(wrapped, loops) - per_call(_noop, loops))
+
+
 @functools.cache
 def _wrapper_s() -> float:
-    """What wrapping costs a call with no extra work, measured on a call that does nothing (on
-    the operation itself the difference would drown in its own noise)."""
-    loops = loops_for(_noop)
-    return max(0.0, per_call(slowed(_noop, 0), loops) - per_call(_noop, loops))
+    return _added_s(slowed(_noop, 0))
+
+
+@functools.cache
+def _scaled_overhead_s() -> float:
+    """Three clock reads and a call (~300 ns here)."""
+    return _added_s(scaled(_noop, 0.0, 0.0))
 
 
 @functools.cache
@@ -124,7 +155,7 @@ def inject_slowdown(prepared) -> Injection | None:
     if fraction <= 0:
         return None
     injection = size(prepared.call, fraction)
-    prepared.call = slowed(prepared.call, injection.iterations)
+    prepared.call = injection.call
     return injection
 
 
@@ -132,4 +163,5 @@ def recorded(injection: Injection | None) -> dict:
     """The extra_info entries of an injected slowdown (none without one)."""
     if injection is None:
         return {}
-    return {"injected_slowdown": injection.fraction, "injected_measured": round(injection.measured, 4)}
+    return {"injected_slowdown": injection.fraction, "injected_model": injection.model,
+            "injected_measured": round(injection.measured, 4)}
