@@ -162,6 +162,7 @@ class FakeWorker:
         self.rng = np.random.default_rng(len(FakeWorker.started))
         FakeWorker.started.append(self)
         self.sent: list[dict] = []
+        self.asked: list[str] = []  # every request's cmd, in order
 
     def send(self, request: dict) -> None:
         self.sent.append(request)
@@ -172,6 +173,7 @@ class FakeWorker:
     def ask(self, request: dict, timeout: float) -> dict:
         w = self.world[self.side]
         cmd = request["cmd"]
+        self.asked.append(cmd)
         if cmd == "collect":
             return {"ok": True, "ids": w.get("ids", IDS)}
         if cmd == "machine_info":
@@ -213,9 +215,12 @@ def test_aa_with_fake_workers_is_unchanged_everywhere_and_leaves_no_worker_runni
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {}})
     result = paired_results.comparison(gate)
     assert [r.verdict for r in result.rows] == ["unchanged"] * 3 and not result.failed
-    assert gate.pairs_started == 8 and all(w.closed for w in FakeWorker.started)
+    assert gate.pairs_started == 1 + 8 and all(w.closed for w in FakeWorker.started)
+    # the first pair describes the environments (importing every framework) and times nothing
+    assert [w.asked for w in FakeWorker.started[:2]] == [["collect", "machine_info"]] * 2
+    assert all("machine_info" not in w.asked for w in FakeWorker.started[2:])
     trials = gate.records[IDS[0]].trials
-    assert len(trials) == 8 * 4 and {t["pair"] for t in trials} == set(range(1, 9))
+    assert len(trials) == 8 * 4 and {t["pair"] for t in trials} == set(range(2, 10))
     # every trial alternates single rounds: as many rounds on each side
     assert all(len(t["baseline_rounds"]) == len(t["candidate_rounds"]) >= 3 for t in trials)
 
@@ -228,7 +233,7 @@ def test_a_slower_candidate_is_screened_then_confirmed_on_fresh_pairs(tmp_path):
     assert verdicts[IDS[0]] == verdicts[IDS[2]] == "unchanged"
     confirm = [t for t in gate.records[IDS[1]].trials if t["stage"] == "confirm"]
     # pairs that did not screen it: the plan's 8 raised to the 5 a 90% interval (one-sided 5%) needs, plus 4
-    assert {t["pair"] for t in confirm} == set(range(9, 18))
+    assert {t["pair"] for t in confirm} == set(range(10, 19))
     assert not any(t["stage"] == "confirm" for t in gate.records[IDS[0]].trials)
 
 
@@ -258,7 +263,7 @@ def test_a_crashing_or_hanging_worker_fails_its_benchmark_and_a_fresh_pair_goes_
     assert result.failed and len(result.broken) == 1 and result.broken[0].startswith(IDS[1])
     assert {r.fullname for r in result.rows} == {IDS[0], IDS[2]}
     assert all(len(gate.records[i].trials) == 32 for i in (IDS[0], IDS[2]))  # nothing lost after the fault
-    assert gate.pairs_started == 9 and all(w.closed for w in FakeWorker.started)
+    assert gate.pairs_started == 10 and all(w.closed for w in FakeWorker.started)
 
 
 class Noisy(FakeWorker):
@@ -365,6 +370,30 @@ def test_the_real_worker_answers_the_protocol(tmp_path):
     finally:
         w.close()
     assert w.proc.returncode is not None
+
+
+def test_a_released_benchmark_is_collected_and_the_survivors_frozen():
+    """The worker's release collects the benchmark's garbage and freezes what survives, so that
+    later collections scan only new objects (the real worker runs with freeze=True)."""
+    import gc
+    import weakref
+
+    from opbench.results.worker import Worker
+
+    class Node:
+        pass
+
+    worker = Worker(freeze=True)
+    cycle = Node()
+    cycle.self = cycle
+    gone = weakref.ref(cycle)
+    worker.current = (cycle, None, None)
+    del cycle
+    try:
+        assert worker.release() == {"ok": True}
+        assert gone() is None and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -175,10 +175,12 @@ class PairedGate:
 
     def _run(self) -> None:
         pair = self.new_pair()
-        for side in SIDES:
-            reply = pair.ask(side, {"cmd": "machine_info"}, self.plan.timeout_s)
+        for side, reply in pair.ask_both({"cmd": "machine_info"}, self.plan.timeout_s).items():
             self.machine_info[side] = reply.get("machine_info") or {}
             self.commit_info = reply.get("commit_info") or self.commit_info
+        # Describing the environment imports every framework it has (TensorFlow, MXNet, JAX ...):
+        # processes that did so time nothing; fresh pairs do.
+        pair.close()
         base, cand = pair.ids["baseline"], pair.ids["candidate"]
         for i in base:
             self.records[i] = Record(i)
@@ -191,9 +193,7 @@ class PairedGate:
         number = 0
         while active:
             number += 1
-            pair = self._sweep(pair or self.new_pair(), active, "screen", number)
-            pair.close()
-            pair = None
+            self._sweep(self.new_pair(), active, "screen", number).close()
             active = self._undecided(active, number)
             if active and not self._room_for(active, number):
                 self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")

@@ -57,9 +57,21 @@ class Collector:
 class Worker:
     """The worker's state between requests: the collected selection and the prepared benchmark."""
 
-    def __init__(self) -> None:
+    def __init__(self, freeze: bool = False) -> None:
         self.collector = Collector()
         self.current: Any = None  # (case, backend, Ready)
+        self.freeze = freeze  # see settle()
+
+    def settle(self) -> None:
+        """Collect the garbage; with `freeze`, then move every survivor to the collector's
+        permanent generation (gc.freeze), so that the next collection scans only what later
+        benchmarks create. A full collection over torch's, pytest's and the compilers' objects
+        took ~0.2 s a benchmark per side here, a quarter of a benchmark's turn in a worker pair;
+        after a freeze it takes ~2 ms. Objects alive at a freeze are never freed: nothing a
+        benchmark's inputs hold once it is released (those are freed before the freeze)."""
+        gc.collect()
+        if self.freeze:
+            gc.freeze()
 
     def collect(self, args: list[str]) -> dict:
         import pytest
@@ -74,6 +86,7 @@ class Worker:
             return {"ok": False, "error": f"pytest could not collect {' '.join(args)} (exit {int(code)})"}
         if len(state.settings.threads) > 1:
             return {"ok": False, "error": "the paired gate measures one thread count: give --threads a single value"}
+        self.settle()
         return {"ok": True, "ids": list(self.collector.items)}
 
     def machine_info(self) -> dict:
@@ -155,7 +168,7 @@ class Worker:
             from opbench.allocator import release
 
             self.current = None
-            gc.collect()
+            self.settle()
             release()
         return {"ok": True}
 
@@ -186,7 +199,7 @@ def _plain(value: Any) -> Any:
 def main() -> int:
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not into the protocol
-    worker = Worker()
+    worker = Worker(freeze=True)
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("cmd") == "exit":
