@@ -17,7 +17,7 @@ import pytest
 
 from opbench.results import paired_results
 from opbench.results import paired_stats as ps
-from opbench.results.pairs import PairedGate, Plan, Side
+from opbench.results.pairs import PairedGate, Plan, Record, Side
 from opbench.results.stats import Rule, verdict
 from opbench.workers import WorkerDied, WorkerHung, WorkerProcess
 
@@ -232,9 +232,45 @@ def test_a_slower_candidate_is_screened_then_confirmed_on_fresh_pairs(tmp_path):
     assert verdicts[IDS[1]] == "regression" and result.failed
     assert verdicts[IDS[0]] == verdicts[IDS[2]] == "unchanged"
     confirm = [t for t in gate.records[IDS[1]].trials if t["stage"] == "confirm"]
-    # pairs that did not screen it: the plan's 8 raised to the 5 a 90% interval (one-sided 5%) needs, plus 4
-    assert {t["pair"] for t in confirm} == set(range(10, 19))
+    # pairs that did not screen it; fake workers are fast, so the budget pays for max_pairs
+    assert {t["pair"] for t in confirm} == set(range(10, 20))
     assert not any(t["stage"] == "confirm" for t in gate.records[IDS[0]].trials)
+    assert len(gate.notes) == 1
+    assert gate.notes[0].startswith("note: the confirmation measured 1 flagged benchmark(s) on 10 fresh pairs, "
+                                    "fixed from the budget left (")
+
+
+def test_a_spent_budget_still_confirms_on_the_least_pairs_holm_needs(tmp_path):
+    gate = run_fake(tmp_path, {"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}}, budget_s=1e-6)
+    confirm = {t["pair"] for t in gate.records[IDS[1]].trials if t["stage"] == "confirm"}
+    # the plan's 8 raised to the 5 a 90% interval (one-sided 5%) needs, plus 4
+    assert len(confirm) == 9 and gate.records[IDS[1]].verdict == "regression"
+
+
+def _paced(tmp_path, budget_s: float, elapsed_s: float, flagged: int = 0, **plan) -> PairedGate:
+    """A gate that has run `elapsed_s` with pairs starting in 2 s and 1 s per benchmark's turn."""
+    gate = PairedGate(SIDES, ["b"], tmp_path, Plan(budget_s=budget_s, **plan), lambda name: Rule(),
+                      spawn=lambda *a: FakeWorker({}, *a), progress=lambda line: None)
+    gate.budget_s, gate.start = budget_s, time.monotonic() - elapsed_s
+    gate.start_s, gate.turns, gate.turn_s = [2.0, 2.0, 9.0], 10, 10.0
+    gate.records = {f"id{k}": Record(f"id{k}", verdict="regression" if k < flagged else "noisy") for k in range(5)}
+    return gate
+
+
+def test_the_confirmation_gets_the_pairs_the_budget_left_pays_for(tmp_path):
+    gate = _paced(tmp_path, budget_s=1000, elapsed_s=400, max_pairs=200)
+    assert gate.pair_s(3) == 2 + 3 * 1.0  # the median start, and a second per turn
+    assert gate.confirm_pairs(3) == 119  # 600 s left (a little less by now) / 5 s per pair
+    assert _paced(tmp_path, budget_s=1000, elapsed_s=400).confirm_pairs(3) == 60  # at most max_pairs
+    assert _paced(tmp_path, budget_s=1000, elapsed_s=950).confirm_pairs(3) == 24  # never below the minimum
+
+
+def test_the_screen_leaves_the_confirmation_its_minimum(tmp_path):
+    # 1000 s budget, 700 s spent: another screen pair over 2 benchmarks takes 4 s; the minimum
+    # confirmation (24 pairs) of 3 flagged benchmarks 24 x 5 = 120 s, of 5 flagged 24 x 7 = 168 s
+    assert _paced(tmp_path, budget_s=1000, elapsed_s=700, flagged=3)._room_for(["a", "b"], 8)
+    assert not _paced(tmp_path, budget_s=1000, elapsed_s=850, flagged=5)._room_for(["a", "b"], 8)
+    assert _paced(tmp_path, budget_s=1000, elapsed_s=990, flagged=0)._room_for(["a", "b"], 8)
 
 
 def test_a_benchmark_collected_on_one_side_only(tmp_path):
@@ -294,7 +330,7 @@ def test_noisy_benchmarks_get_more_pairs_until_max_pairs(tmp_path):
 
 def test_the_default_budget_grows_with_the_selection():
     assert Plan().budget_for(5) == 20 * 60  # at least 20 minutes
-    assert Plan().budget_for(168) == 168 * 60  # a minute per benchmark
+    assert Plan().budget_for(168) == 168 * 80  # 80 s per benchmark
     assert Plan(budget_s=300).budget_for(168) == 300  # --budget wins
 
 

@@ -160,14 +160,15 @@ def _paired_options(p: argparse.ArgumentParser) -> None:
     from opbench.results.pairs import Plan
 
     p.add_argument("--budget", type=_positive, metavar="MINUTES",
-                   help="time after which undecided benchmarks get no more worker pairs (default: "
-                        f"{Plan.budget_per_benchmark_s / 60:g} per benchmark, at least {Plan.min_budget_s / 60:g})")
+                   help="time for both stages: undecided benchmarks get more worker pairs while the rest "
+                        "still pays for the confirmation's minimum, which gets what is left (default: "
+                        f"{Plan.budget_per_benchmark_s / 60:.3g} per benchmark, at least {Plan.min_budget_s / 60:g})")
     p.add_argument("--trials", type=_at_least_one, default=Plan.trials,
                    help="paired trials per benchmark and worker pair (default %(default)s)")
     p.add_argument("--pairs", type=_at_least_one, default=Plan.min_pairs,
                    help="worker pairs every benchmark gets (default %(default)s)")
     p.add_argument("--max-pairs", type=_at_least_one, default=Plan.max_pairs,
-                   help="worker pairs an undecided benchmark may get (default %(default)s)")
+                   help="worker pairs a benchmark may get in either stage (default %(default)s)")
     p.add_argument("--false-alarm", type=_percent, default=100 * Plan.family_alpha, metavar="PERCENT",
                    help="suite-wide false-alarm budget of the confirmation stage (default %(default)g)")
     p.add_argument("--timeout", type=_positive, default=Plan.timeout_s, metavar="SECONDS",

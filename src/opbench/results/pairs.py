@@ -10,7 +10,10 @@ effects (Abedi & Brecht, ICPE 2017; Kalibera & Jones, ISMM 2013).
 Two stages fixed in advance (see paired_stats): a screen at the usual confidence on at least
 `min_pairs` pairs, extended pair by pair for undecided benchmarks while the budget lasts; then
 every benchmark the screen flagged is measured again on fresh pairs and its change stands only
-at the family-wise level (Holm's step-down over the flagged set). A worker that
+at the family-wise level (Holm's step-down over the flagged set). One budget covers both: the
+screen's extension stops where the rest would no longer pay for the confirmation's minimum
+over the benchmarks flagged so far, and the confirmation's number of pairs is fixed before its
+first pair from what is left, at the pace measured (never from the confirmation's own data). A worker that
 crashes, hangs or fails a check fails that benchmark (and the gate); a fresh pair takes over for the rest.
 """
 
@@ -51,10 +54,10 @@ class Plan:
 
     trials: int = 4  # trials per benchmark and worker pair
     min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
-    max_pairs: int = 60  # screen: at most this many for undecided benchmarks (a new pair starts in about 1 s)
-    confirm_pairs: int = 24  # fresh pairs for the flagged benchmarks (more when Holm's first level needs them)
-    budget_s: float | None = None  # the screen's extension stops when this is spent (None: budget_for)
-    budget_per_benchmark_s: float = 60.0  # ... by default this much per benchmark of the selection,
+    max_pairs: int = 60  # at most this many in either stage (a new pair starts in about 2 s)
+    confirm_pairs: int = 24  # the confirmation's minimum of fresh pairs (more when Holm's first level needs them)
+    budget_s: float | None = None  # both stages' time (None: budget_for); the confirmation's minimum may overrun it
+    budget_per_benchmark_s: float = 80.0  # ... by default this much per benchmark of the selection,
     min_budget_s: float = 20 * 60.0  # ... and at least this
     burst_s: float = 0.04  # target length of one burst
     round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
@@ -64,8 +67,8 @@ class Plan:
     seed: int = 0
 
     def budget_for(self, benchmarks: int) -> float:
-        """The screen's budget for a selection: the one given, else a minute per benchmark (the
-        process gate at K=7 took 1.1-1.6 min per benchmark here) and at least 20 minutes."""
+        """The run's budget for a selection: the one given, else 80 s per benchmark (the process
+        gate at K=7 took 1.1-1.6 min per benchmark here) and at least 20 minutes."""
         if self.budget_s is not None:
             return self.budget_s
         return max(self.min_budget_s, self.budget_per_benchmark_s * benchmarks)
@@ -150,6 +153,8 @@ class PairedGate:
         self.machine_info: dict[str, dict] = {}
         self.commit_info: dict = {}
         self.pairs_started = 0
+        self.start_s: list[float] = []  # seconds each pair took to start (spawn, collect)
+        self.turns, self.turn_s = 0, 0.0  # benchmark turns in a pair (prepare to release) and their time
         self.pairs: list[Pair] = []  # every pair started, closed again however the run ends
         self.notes: list[str] = []
         self.start = time.monotonic()
@@ -158,9 +163,16 @@ class PairedGate:
     # -- workers ---------------------------------------------------------------------------
     def new_pair(self) -> Pair:
         self.pairs_started += 1
+        start = time.monotonic()
         pair = Pair(self.pairs_started, self.sides, self.args, self.folder, self.plan.timeout_s, self.spawn)
+        self.start_s.append(time.monotonic() - start)
         self.pairs.append(pair)
         return pair
+
+    def pair_s(self, benchmarks: int) -> float:
+        """The expected seconds of a pair over `benchmarks`, at the pace measured so far."""
+        start = float(np.median(self.start_s)) if self.start_s else 0.0
+        return start + benchmarks * (self.turn_s / self.turns if self.turns else 0.0)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -198,16 +210,34 @@ class PairedGate:
             if active and not self._room_for(active, number):
                 self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
                 break
-        flagged = [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
-        for c in range(self.confirm_pairs(len(flagged)) if flagged else 0):
+        flagged = self._flagged()
+        count = self.confirm_pairs(len(flagged)) if flagged else 0
+        if flagged:
+            left = max(0.0, self.budget_s - self.elapsed()) / 60
+            self.notes.append(f"note: the confirmation measured {len(flagged)} flagged benchmark(s) on {count} "
+                              f"fresh pairs, fixed from the budget left ({left:.1f} min)")
+        for c in range(count):
             self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
         self._confirm(flagged)
 
-    def confirm_pairs(self, flagged: int) -> int:
-        """Fresh pairs for the confirmation: the plan's, and at least four more than the signed-rank
+    def _flagged(self) -> list[str]:
+        return [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
+
+    def least_confirm_pairs(self, flagged: int) -> int:
+        """The confirmation's minimum: the plan's, and at least four more than the signed-rank
         interval needs to reach Holm's strictest level over `flagged` benchmarks at all."""
         strictest = ps.confirm_confidence(flagged, self.plan.family_alpha)
         return max(self.plan.confirm_pairs, ps.min_pairs(strictest) + 4)
+
+    def confirm_pairs(self, flagged: int) -> int:
+        """Fresh pairs for the confirmation of `flagged` benchmarks: as many as the budget left
+        pays for at the pace measured, within [least_confirm_pairs, max_pairs]. Fixed before the
+        confirmation's first trial from the screen's outcome and timings only, so Holm's levels
+        hold as for any fixed number (paired_stats.holm)."""
+        least = self.least_confirm_pairs(flagged)
+        per_pair = self.pair_s(flagged)
+        fits = int((self.budget_s - self.elapsed()) // per_pair) if per_pair > 0 else least
+        return max(least, min(self.plan.max_pairs, fits))
 
     def _undecided(self, active: list[str], number: int) -> list[str]:
         """Screen verdicts after `number` pairs; those still undecided continue (all continue
@@ -224,12 +254,13 @@ class PairedGate:
         return still
 
     def _room_for(self, active: list[str], number: int) -> bool:
-        """Whether another pair over `active` fits in the budget, at the pace seen so far."""
+        """Whether another screen pair over `active` fits in the budget, at the pace seen so far,
+        with the confirmation's minimum over the benchmarks flagged so far after it."""
         if number < self.plan.min_pairs:
             return True
-        done = sum(1 for r in self.records.values() for t in r.trials if t["stage"] == "screen") or 1
-        per_trial = self.elapsed() / done
-        return self.elapsed() + per_trial * self.plan.trials * len(active) <= self.budget_s
+        flagged = len(self._flagged())
+        confirm = self.least_confirm_pairs(flagged) * self.pair_s(flagged) if flagged else 0.0
+        return self.elapsed() + self.pair_s(len(active)) + confirm <= self.budget_s
 
     def _confirm(self, flagged: list[str]) -> None:
         recs = [self.records[i] for i in flagged if not self.records[i].kind]
@@ -245,8 +276,10 @@ class PairedGate:
         for n, i in enumerate(order):
             if self.records[i].kind:
                 continue
+            start = time.monotonic()
             try:
                 self._benchmark(pair, i, stage)
+                self.turns, self.turn_s = self.turns + 1, self.turn_s + time.monotonic() - start
             except WorkerFailure as exc:
                 self._set(i, "failed", str(exc))
                 pair.close()
