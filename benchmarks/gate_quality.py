@@ -10,8 +10,11 @@ every confidence in --confidence:
 - sensitivity: SPLITS comparisons of K random baseline runs against K random slowed runs; the
   share of benchmarks flagged as regressions.
 The splits reuse the same pool of runs, so they are not independent comparisons: the figures are
-estimates, stated with K, the margins and the pool. `--keep DIR` keeps the runs; `--from DIR ...`
-analyses kept runs again (any number of folders, e.g. from several sessions) without running.
+estimates, stated with K, the margins and the pool. With fewer than 2K baseline runs only the
+sensitivity is evaluated (e.g. `--pool 7 --slow 7 --runs 7 --max-time 0`: the one comparison
+that `upgrade-check --design process` makes, with its wall time). `--keep DIR` keeps the runs
+and their wall times; `--from DIR ...` analyses kept runs again (any number of folders, e.g. from
+several sessions) without running.
 
     .venv/bin/python benchmarks/gate_quality.py --runs 7 --pool 14 --keep runs/ -- benchmarks/ops -m forward
     .venv/bin/python benchmarks/gate_quality.py --from runs/ --runs 5,7,10 --confidence 95,99
@@ -25,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -38,13 +42,15 @@ from opbench.results.store import Run, load_run
 FLAGGED = ("regression", "improvement")
 
 
-def run_pytest(args: list[str], out: Path, slowdown: float) -> Path:
+def run_pytest(args: list[str], out: Path, slowdown: float) -> float:
+    """One pytest run saved to `out`; returns its wall time in seconds."""
     env = {**os.environ, INJECT: str(slowdown)}
     cmd = [sys.executable, "-m", "pytest", *args, f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
+    start = time.monotonic()
     subprocess.run(cmd, env=env, check=False, stdout=subprocess.DEVNULL)
     if not out.exists():
         sys.exit(f"gate_quality: the run {out.name} saved nothing")
-    return out
+    return time.monotonic() - start
 
 
 def collect(a, folder: Path) -> None:
@@ -52,9 +58,18 @@ def collect(a, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     order = ["base"] * a.pool + ["slow"] * a.slow
     np.random.default_rng(0).shuffle(order)
+    walls = {}
     for i, kind in enumerate(order):
-        print(f"run {i + 1}/{len(order)}: {kind}", flush=True)
-        run_pytest(a.pytest_args, folder / f"{kind}-{i:02d}.json", a.slowdown if kind == "slow" else 0.0)
+        name = f"{kind}-{i:02d}"
+        walls[name] = run_pytest(a.pytest_args, folder / f"{name}.json", a.slowdown if kind == "slow" else 0.0)
+        print(f"run {i + 1}/{len(order)}: {kind}, {walls[name]:.0f} s", flush=True)
+        (folder / "walls.json").write_text(json.dumps(walls, indent=1))
+
+
+def wall_minutes(folders: list[Path]) -> list[float]:
+    """The kept runs' wall times in minutes (runs kept before walls.json existed have none)."""
+    walls = [json.loads(f.joinpath("walls.json").read_text()) for f in folders if f.joinpath("walls.json").exists()]
+    return [s / 60 for w in walls for s in w.values()]
 
 
 def load(folders: list[Path]) -> tuple[list[Run], list[Run]]:
@@ -69,22 +84,25 @@ def evaluate(base: list[Run], slow: list[Run], k: int, rule: Rule, statistic: st
     clean, fp_rates, sensitivity = 0, [], []
     false_alarms: Counter[str] = Counter()
     misses: Counter[str] = Counter()
+    aa_possible = 2 * k <= len(base)
     for _ in range(splits):
         idx = r.permutation(len(base))
-        aa = compare([base[i] for i in idx[:k]], [base[i] for i in idx[k : 2 * k]], rule,
-                     statistic=statistic, confidence=confidence)
-        flagged = [row.name for row in aa.rows if row.verdict in FLAGGED]
-        false_alarms.update(flagged)
-        clean += not flagged
-        fp_rates.append(len(flagged) / len(aa.rows))
+        if aa_possible:
+            aa = compare([base[i] for i in idx[:k]], [base[i] for i in idx[k : 2 * k]], rule,
+                         statistic=statistic, confidence=confidence)
+            flagged = [row.name for row in aa.rows if row.verdict in FLAGGED]
+            false_alarms.update(flagged)
+            clean += not flagged
+            fp_rates.append(len(flagged) / len(aa.rows))
         ab = compare([base[i] for i in r.choice(len(base), k, replace=False)],
                      [slow[i] for i in r.choice(len(slow), k, replace=False)], rule,
                      statistic=statistic, confidence=confidence)
         sensitivity.append(ab.count("regression") / len(ab.rows))
         misses.update(row.name for row in ab.rows if row.verdict != "regression")
     return {
-        "k": k, "statistic": statistic, "confidence": confidence, "benchmarks": len(aa.rows),
-        "aa_comparisons_with_no_flag": clean, "aa_mean_flagged_share": float(np.mean(fp_rates)),
+        "k": k, "statistic": statistic, "confidence": confidence, "benchmarks": len(ab.rows),
+        "aa_comparisons_with_no_flag": clean if aa_possible else None,
+        "aa_mean_flagged_share": float(np.mean(fp_rates)) if aa_possible else None,
         "sensitivity_mean_flagged_share": float(np.mean(sensitivity)),
         "sensitivity_min_flagged_share": float(np.min(sensitivity)),
         "most_false_alarms": false_alarms.most_common(10), "most_missed": misses.most_common(10),
@@ -106,6 +124,8 @@ def main() -> None:
     p.add_argument("--threshold", type=float, default=5.0)
     p.add_argument("--statistic", default=",".join(STATISTICS), help="per-run statistics to evaluate (comma list)")
     p.add_argument("--confidence", default="95", help="interval confidences in percent (comma list)")
+    p.add_argument("--max-time", type=float, default=0.1,
+                   help="--benchmark-max-time of each run (0: pytest-benchmark's own, as upgrade-check runs)")
     p.add_argument("--out", default="gate_quality.json")
     p.add_argument("--keep", help="keep the runs' JSON files in this folder (default: a temporary one)")
     p.add_argument("--from", dest="source", nargs="+", type=Path, help="analyse runs kept earlier; run nothing")
@@ -113,25 +133,32 @@ def main() -> None:
     a = p.parse_args()
     ks = numbers(a.runs, int)
     a.slow = a.slow or max(ks)
-    a.pytest_args = [*a.pytest_args, "--benchmark-max-time=0.1"]
+    if a.max_time:
+        a.pytest_args = [*a.pytest_args, f"--benchmark-max-time={a.max_time:g}"]
     rule = Rule(margin=a.margin / 100, threshold=a.threshold / 100)
     with tempfile.TemporaryDirectory(prefix="opbench-gate-") as scratch:
         folders = a.source or [Path(a.keep or scratch)]
         if not a.source:
             collect(a, folders[0])
         base, slow = load(folders)
+        walls = wall_minutes(folders)
     results = []
     for k in ks:
-        if 2 * k > len(base) or k > len(slow):
-            print(f"K={k}: needs {2 * k} baseline and {k} slowed runs, have {len(base)} and {len(slow)}; skipped")
+        if k > len(base) or k > len(slow):
+            print(f"K={k}: needs {k} baseline and {k} slowed runs, have {len(base)} and {len(slow)}; skipped")
             continue
         for statistic in a.statistic.split(","):
             for confidence in numbers(a.confidence):
                 res = evaluate(base, slow, k, rule, statistic, confidence / 100, a.splits)
                 results.append(res)
-                print(f"K={k:2d} {statistic:6s} {confidence:g}%: A/A no flag in {res['aa_comparisons_with_no_flag']:2d}"
-                      f" of {a.splits} (target 19), sensitivity {res['sensitivity_mean_flagged_share']:.1%} of "
-                      f"{res['benchmarks']} for a {a.slowdown:.0%} slowdown (target 90%)", flush=True)
+                aa = res["aa_comparisons_with_no_flag"]
+                aa = f"A/A no flag in {aa:2d} of {a.splits} (target 19)" if aa is not None else "no A/A (pool < 2K)"
+                print(f"K={k:2d} {statistic:6s} {confidence:g}%: {aa}, sensitivity "
+                      f"{res['sensitivity_mean_flagged_share']:.1%} of {res['benchmarks']} for a "
+                      f"{a.slowdown:.0%} slowdown (target 90%)", flush=True)
+    if walls:
+        print(f"wall: {len(walls)} pytest runs, {np.min(walls):.1f}-{np.max(walls):.1f} min each, "
+              f"{sum(walls):.1f} min in all")
     summary = {"pool": len(base), "slowed": len(slow), "splits": a.splits, "slowdown": a.slowdown,
                "margin_pct": a.margin, "threshold_pct": a.threshold, "results": results}
     Path(a.out).write_text(json.dumps(summary, indent=2))
