@@ -154,7 +154,7 @@ class PairedGate:
         self.commit_info: dict = {}
         self.pairs_started = 0
         self.start_s: list[float] = []  # seconds each pair took to start (spawn, collect)
-        self.turns, self.turn_s = 0, 0.0  # benchmark turns in a pair (prepare to release) and their time
+        self.turn_s: dict[str, list[float]] = {}  # seconds of each benchmark's turns (prepare to release)
         self.pairs: list[Pair] = []  # every pair started, closed again however the run ends
         self.notes: list[str] = []
         self.start = time.monotonic()
@@ -169,10 +169,15 @@ class PairedGate:
         self.pairs.append(pair)
         return pair
 
-    def pair_s(self, benchmarks: int) -> float:
-        """The expected seconds of a pair over `benchmarks`, at the pace measured so far."""
+    def pair_s(self, ids: list[str]) -> float:
+        """The expected seconds of a pair over `ids` at the pace measured so far: the median pair
+        start plus each benchmark's median turn. Medians, because the first pair that times
+        anything pays for every compiler's cold cache (minutes for the `torch.compile` cases
+        here) and a mean over all turns made later pairs look ~20% slower than they were."""
         start = float(np.median(self.start_s)) if self.start_s else 0.0
-        return start + benchmarks * (self.turn_s / self.turns if self.turns else 0.0)
+        every = [t for times in self.turn_s.values() for t in times]
+        fallback = float(np.median(every)) if every else 0.0
+        return start + sum(float(np.median(self.turn_s[i])) if self.turn_s.get(i) else fallback for i in ids)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -211,7 +216,7 @@ class PairedGate:
                 self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
                 break
         flagged = self._flagged()
-        count = self.confirm_pairs(len(flagged)) if flagged else 0
+        count = self.confirm_pairs(flagged) if flagged else 0
         if flagged:
             left = max(0.0, self.budget_s - self.elapsed()) / 60
             self.notes.append(f"note: the confirmation measured {len(flagged)} flagged benchmark(s) on {count} "
@@ -229,12 +234,12 @@ class PairedGate:
         strictest = ps.confirm_confidence(flagged, self.plan.family_alpha)
         return max(self.plan.confirm_pairs, ps.min_pairs(strictest) + 4)
 
-    def confirm_pairs(self, flagged: int) -> int:
+    def confirm_pairs(self, flagged: list[str]) -> int:
         """Fresh pairs for the confirmation of `flagged` benchmarks: as many as the budget left
         pays for at the pace measured, within [least_confirm_pairs, max_pairs]. Fixed before the
         confirmation's first trial from the screen's outcome and timings only, so Holm's levels
         hold as for any fixed number (paired_stats.holm)."""
-        least = self.least_confirm_pairs(flagged)
+        least = self.least_confirm_pairs(len(flagged))
         per_pair = self.pair_s(flagged)
         fits = int((self.budget_s - self.elapsed()) // per_pair) if per_pair > 0 else least
         return max(least, min(self.plan.max_pairs, fits))
@@ -258,9 +263,9 @@ class PairedGate:
         with the confirmation's minimum over the benchmarks flagged so far after it."""
         if number < self.plan.min_pairs:
             return True
-        flagged = len(self._flagged())
-        confirm = self.least_confirm_pairs(flagged) * self.pair_s(flagged) if flagged else 0.0
-        return self.elapsed() + self.pair_s(len(active)) + confirm <= self.budget_s
+        flagged = self._flagged()
+        confirm = self.least_confirm_pairs(len(flagged)) * self.pair_s(flagged) if flagged else 0.0
+        return self.elapsed() + self.pair_s(active) + confirm <= self.budget_s
 
     def _confirm(self, flagged: list[str]) -> None:
         recs = [self.records[i] for i in flagged if not self.records[i].kind]
@@ -279,7 +284,7 @@ class PairedGate:
             start = time.monotonic()
             try:
                 self._benchmark(pair, i, stage)
-                self.turns, self.turn_s = self.turns + 1, self.turn_s + time.monotonic() - start
+                self.turn_s.setdefault(i, []).append(time.monotonic() - start)
             except WorkerFailure as exc:
                 self._set(i, "failed", str(exc))
                 pair.close()
