@@ -151,9 +151,10 @@ def main() -> None:
             for confidence in numbers(a.confidence):
                 res = evaluate(base, slow, k, rule, statistic, confidence / 100, a.splits)
                 results.append(res)
-                aa = res["aa_comparisons_with_no_flag"]
-                aa = f"A/A no flag in {aa:2d} of {a.splits} (target 19)" if aa is not None else "no A/A (pool < 2K)"
-                print(f"K={k:2d} {statistic:6s} {confidence:g}%: {aa}, sensitivity "
+                clean = res["aa_comparisons_with_no_flag"]
+                aa_text = (f"A/A no flag in {clean:2d} of {a.splits} (target 19)" if clean is not None
+                           else "no A/A (pool < 2K)")
+                print(f"K={k:2d} {statistic:6s} {confidence:g}%: {aa_text}, sensitivity "
                       f"{res['sensitivity_mean_flagged_share']:.1%} of {res['benchmarks']} for a "
                       f"{a.slowdown:.0%} slowdown (target 90%)", flush=True)
     if walls:

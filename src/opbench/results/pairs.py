@@ -173,7 +173,9 @@ class PairedGate:
         """The expected seconds of a pair over `ids` at the pace measured so far: the median pair
         start plus each benchmark's median turn. Medians, because the first pair that times
         anything pays for every compiler's cold cache (minutes for the `torch.compile` cases
-        here) and a mean over all turns made later pairs look ~20% slower than they were."""
+        here) and a mean over all turns made later pairs look ~20% slower than they were. The
+        median errs the other way, less: a warm turn's mean is a little longer (a 56-minute
+        budget ran 5.5 minutes over on 2026-11-24)."""
         start = float(np.median(self.start_s)) if self.start_s else 0.0
         every = [t for times in self.turn_s.values() for t in times]
         fallback = float(np.median(every)) if every else 0.0
