@@ -248,12 +248,12 @@ def test_a_spent_budget_still_confirms_on_the_least_pairs_holm_needs(tmp_path):
 
 
 def _paced(tmp_path, budget_s: float, elapsed_s: float, flagged: int = 0, **plan) -> PairedGate:
-    """A gate that has run `elapsed_s` with pairs starting in 2 s and 1 s per benchmark's turn
-    after a first turn of 40 s (a cold compiler cache)."""
+    """A gate that has run `elapsed_s` with pairs starting in 2 s after a first start of 9 s,
+    and 1 s per benchmark's turn after a first turn of 40 s (a cold compiler cache)."""
     gate = PairedGate(SIDES, ["b"], tmp_path, Plan(budget_s=budget_s, **plan), lambda name: Rule(),
                       spawn=lambda *a: FakeWorker({}, *a), progress=lambda line: None)
     gate.budget_s, gate.start = budget_s, time.monotonic() - elapsed_s
-    gate.start_s, gate.turn_s = [2.0, 2.0, 9.0], {f"id{k}": [40.0, 1.0, 1.0] for k in range(5)}
+    gate.start_s, gate.turn_s = [9.0, 2.0, 2.0], {f"id{k}": [40.0, 1.0, 1.0] for k in range(5)}
     gate.records = {f"id{k}": Record(f"id{k}", verdict="regression" if k < flagged else "noisy") for k in range(5)}
     return gate
 
@@ -261,8 +261,12 @@ def _paced(tmp_path, budget_s: float, elapsed_s: float, flagged: int = 0, **plan
 def test_the_confirmation_gets_the_pairs_the_budget_left_pays_for(tmp_path):
     gate = _paced(tmp_path, budget_s=1000, elapsed_s=400, max_pairs=200)
     three = ["id0", "id1", "id2"]
-    assert gate.pair_s(three) == 2 + 3 * 1.0  # the median start, and each benchmark's median turn
-    assert gate.pair_s(["new"]) == 2 + 1.0  # one never timed: the median of all turns
+    assert gate.pair_s(three) == 2 + 3 * 1.0  # the warm start, and each benchmark's warm turn
+    assert gate.pair_s(["new"]) == 2 + 1.0  # one never timed: the mean of all warm turns
+    gate.turn_s["id4"] = [40.0, 1.0, 3.0, 1.0, 1.0]
+    assert gate.pair_s(["id4"]) == 2 + 1.5  # the mean of the warm turns, not their median
+    gate.turn_s["id4"] = [40.0]
+    assert gate.pair_s(["id4"]) == 2 + 40.0  # a benchmark timed once: that turn
     assert gate.confirm_pairs(three) == 119  # 600 s left (a little less by now) / 5 s per pair
     assert _paced(tmp_path, budget_s=1000, elapsed_s=400).confirm_pairs(three) == 60  # at most max_pairs
     assert _paced(tmp_path, budget_s=1000, elapsed_s=950).confirm_pairs(three) == 24  # never below the minimum

@@ -139,6 +139,11 @@ class Pair:
             w.close()
 
 
+def _warm(times: list[float]) -> float:
+    """The mean of `times` after the first (cold) one; the first alone when there is no other."""
+    return float(np.mean(times[1:] or times)) if times else 0.0
+
+
 class PairedGate:
     """Runs the two stages over a selection and keeps every record."""
 
@@ -170,16 +175,15 @@ class PairedGate:
         return pair
 
     def pair_s(self, ids: list[str]) -> float:
-        """The expected seconds of a pair over `ids` at the pace measured so far: the median pair
-        start plus each benchmark's median turn. Medians, because the first pair that times
-        anything pays for every compiler's cold cache (minutes for the `torch.compile` cases
-        here) and a mean over all turns made later pairs look ~20% slower than they were. The
-        median errs the other way, less: a warm turn's mean is a little longer (a 56-minute
-        budget ran 5.5 minutes over on 2026-11-24)."""
-        start = float(np.median(self.start_s)) if self.start_s else 0.0
-        every = [t for times in self.turn_s.values() for t in times]
-        fallback = float(np.median(every)) if every else 0.0
-        return start + sum(float(np.median(self.turn_s[i])) if self.turn_s.get(i) else fallback for i in ids)
+        """The expected seconds of a pair over `ids` at the pace measured so far: a pair's warm
+        start plus each benchmark's warm turn, each the mean over all but the first (`_warm`).
+        The first turn that times a benchmark pays for its compiler's cold cache (minutes for the
+        `torch.compile` cases here): a mean over all turns made later pairs look ~20% slower than
+        they were (the confirmation got its minimum of 24 pairs with 31 minutes left), and a
+        median over all of them a little faster (a 56-minute budget ran 5.5 minutes over)."""
+        every = [t for times in self.turn_s.values() for t in times[1:] or times]
+        fallback = float(np.mean(every)) if every else 0.0
+        return _warm(self.start_s) + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
