@@ -24,11 +24,26 @@ def test_slowed_returns_the_calls_result_and_calls_it_once():
     assert calls == [1]
 
 
-def test_a_call_of_a_millisecond_gets_the_scaled_spin():
+def long_estimates(monkeypatch) -> list[int]:
+    """Records the rounds of every per_call estimate that asks for LONG_ROUNDS."""
+    seen, per_call = [], inject.per_call
+
+    def counted(call, loops, rounds=inject.ROUNDS, seconds=inject.ESTIMATE_S):
+        if rounds == inject.LONG_ROUNDS:
+            seen.append(rounds)
+        return per_call(call, loops, rounds, seconds)
+
+    monkeypatch.setattr(inject, "per_call", counted)
+    return seen
+
+
+def test_a_call_of_a_millisecond_gets_the_scaled_spin(monkeypatch):
     # The spin's proportion is checked on a fake clock below; the slowdown measured at sizing is
     # recorded, never asserted: on this shared machine 50% asked came out as 8% in one run.
+    long = long_estimates(monkeypatch)
     injection = inject.size(work(), 0.5)
     assert injection.model == "scaled" and injection.fraction == 0.5
+    assert long == []  # the spin is not sized from the call's time: no long estimate
     assert injection.call() == "result"
     assert math.isfinite(injection.measured)
 
@@ -61,10 +76,11 @@ def test_the_scaled_spin_follows_each_calls_duration():
         assert 1.07 * (duration + 1e-6) - 2e-6 <= spun <= 1.07 * (duration + 1e-6) + 1e-6
 
 
-def test_a_call_of_a_microsecond_gets_the_counted_loop():
+def test_a_call_of_a_microsecond_gets_the_counted_loop(monkeypatch):
     # 10% of ~0.5 us is less than the scaled wrapper's three clock reads
+    long = long_estimates(monkeypatch)
     injection = inject.size(work(20), 0.10)
-    assert injection.model == "loop"
+    assert injection.model == "loop" and long == [inject.LONG_ROUNDS]  # sized from the long estimate
     assert injection.call() == "result"
 
 
