@@ -186,7 +186,7 @@ class FakeWorker:
             outcome = w.get("outcomes", {}).get(i, "ready")
             self.current = i
             return {"ok": True, "outcome": outcome, "message": f"{outcome} here", "name": i.split("::")[1],
-                    "group": "relu", "call_s": 1e-3, "extra_info": {"framework": "fake"}}
+                    "group": "relu", "extra_info": {"framework": "fake"}}
         if cmd == "burst":
             if self.current in w.get("hang", ()):
                 raise WorkerHung(f"the {self.side} worker did not answer 'burst' within {timeout:.0f} s")

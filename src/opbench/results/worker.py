@@ -102,15 +102,15 @@ class Worker:
         return {"ok": True, "machine_info": info, "commit_info": get_commit_info()}
 
     def prepare(self, node_id: str) -> dict:
-        """Build and verify one benchmark: outcome ready (with the time of a call), skipped,
-        xfail (a known framework bug) or failed (with the reason)."""
+        """Build and verify one benchmark: outcome ready, skipped, xfail (a known framework bug)
+        or failed (with the reason). The coordinator calibrates from its own bursts."""
         import pytest
 
         from opbench import execute
         from opbench.backends.base import Unavailable
         from opbench.inject import recorded
         from opbench.known_issues import known_issue
-        from opbench.measure import first_call, setup
+        from opbench.measure import setup
 
         self.release()
         name, case = self.collector.items[node_id]
@@ -130,13 +130,12 @@ class Worker:
             return {"ok": True, "outcome": "failed", "message": one_line(exc)}
         self.current = (case, backend, ready)
         p = ready.prepared
-        calls = [first_call(p.call)[1] for _ in range(3)]
         extra = dict(framework=case.framework, framework_version=backend.version(), device=case.device,
                      mode=case.mode, dtype=case.dtype, shape=case.label, layout=p.layout, threads=ready.threads,
                      flops=p.flops, bytes=p.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s,
                      **p.extra)
         extra.update(recorded(ready.injected))
-        return {"ok": True, "outcome": "ready", "name": name, "group": case.group, "call_s": sorted(calls)[1],
+        return {"ok": True, "outcome": "ready", "name": name, "group": case.group,
                 "extra_info": extra, "peak": state.peak(case.device, case.dtype)}
 
     def burst(self, loops: int, rounds: int) -> dict:
