@@ -139,9 +139,14 @@ class Pair:
             w.close()
 
 
+def _after_first(times: list[float]) -> list[float]:
+    """`times` after the first (cold) one; the first alone when there is no other."""
+    return times[1:] or times
+
+
 def _warm(times: list[float]) -> float:
-    """The mean of `times` after the first (cold) one; the first alone when there is no other."""
-    return float(np.mean(times[1:] or times)) if times else 0.0
+    """The mean of `_after_first(times)`; 0 for none."""
+    return float(np.mean(_after_first(times))) if times else 0.0
 
 
 class PairedGate:
@@ -181,7 +186,7 @@ class PairedGate:
         `torch.compile` cases here): a mean over all turns made later pairs look ~20% slower than
         they were (the confirmation got its minimum of 24 pairs with 31 minutes left), and a
         median over all of them a little faster (a 56-minute budget ran 5.5 minutes over)."""
-        every = [t for times in self.turn_s.values() for t in times[1:] or times]
+        every = [t for times in self.turn_s.values() for t in _after_first(times)]
         fallback = float(np.mean(every)) if every else 0.0
         return _warm(self.start_s) + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids)
 
