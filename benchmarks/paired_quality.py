@@ -4,7 +4,8 @@ runs with an injected slowdown on the candidate only (OPBENCH_INJECT_SLOWDOWN) g
 of benchmarks flagged as regressions. With --load, a bounded busy loop on one core competes for
 part of every run (a tenant's load episode). Every run's paired.json is kept under --keep, and
 --from re-analyses kept runs: the verdicts, the wall time of each gate run, and which per-trial
-metric (fastest round, mean wall time, mean CPU time) spreads least between A/A trials.
+metric (fastest round, mean wall time, mean CPU time) spreads least between A/A trials, and
+how the spread of the pair medians falls with the trials per pair (what more trials would buy).
 
     .venv/bin/python benchmarks/paired_quality.py --aa 2 --slow 0.10,0.07 --keep runs/ \
         -- benchmarks/ops -m "torch and forward"
@@ -14,6 +15,7 @@ metric (fastest round, mean wall time, mean CPU time) spreads least between A/A 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -111,11 +113,44 @@ def analyse(runs: list[dict]) -> None:
         between = [spread(np.array([np.median(v) for v in by_pair(b, "log_ratio", "screen")])) for b in aa]
         print(f"A/A spread of the pair medians (screen): median {100 * np.median(between):.2f}%, "
               f"90th percentile {100 * np.percentile(between, 90):.2f}%")
+    trials_per_pair(runs)
     for r in runs:
         left = [f"{b['name']} ({len(by_pair(b, 'log_ratio', 'screen'))} pairs)" for b in r["paired"]["benchmarks"]
                 if b["verdict"] == "noisy"]
         if left:
             print(f"{Path(r['name']).name} noisy: {', '.join(left)}")
+
+
+def trials_per_pair(runs: list[dict], least: int = 10) -> None:
+    """What more trials per pair would buy: each benchmark's pairs that took the plan's trials
+    (none repeated for steal time), cut down to every subset of T of their trials; the spread of
+    the pair medians at each T, median over benchmarks with at least `least` such pairs. A model
+    var(T) = between + within / T, fitted at T = 1 and 3 (odd counts: the median is one trial),
+    splits it into what only more pairs reduce and what more trials reduce."""
+    by_t: dict[int, list[float]] = {}
+    for r in runs:
+        full = r["paired"].get("plan", {}).get("trials", 0)
+        for b in r["paired"]["benchmarks"]:
+            pairs = [np.array(v) for v in by_pair(b, "log_ratio") if len(v) == full]
+            if len(pairs) < least:
+                continue
+            for t in range(1, full + 1):
+                subsets = [list(c) for c in itertools.combinations(range(full), t)]
+                by_t.setdefault(t, []).append(np.mean([spread(np.array([np.median(p[c]) for p in pairs]))
+                                                       for c in subsets]))
+    if not by_t:
+        return
+    med = {t: float(np.median(v)) for t, v in by_t.items()}
+    print(f"spread of the pair medians by trials per pair ({len(by_t[1])} benchmarks): "
+          + ", ".join(f"{t}: {100 * s:.2f}%" for t, s in med.items()))
+    if 3 in med:
+        within = 1.5 * (med[1] ** 2 - med[3] ** 2)
+        between = max(med[1] ** 2 - within, 0.0)
+        most = max(med)
+        print(f"  model: between pairs {100 * between ** 0.5:.2f}%, "
+              f"within a pair {100 * within ** 0.5:.2f}% per trial; "
+              f"predicted at {2 * most} trials {100 * (between + within / (2 * most)) ** 0.5:.2f}%, "
+              f"at {4 * most} {100 * (between + within / (4 * most)) ** 0.5:.2f}%")
 
 
 def by_pair(benchmark: dict, key: str, stage: str | None = None) -> list[list[float]]:
