@@ -25,16 +25,17 @@ from statistics import NormalDist
 import numpy as np
 
 from opbench.results import paired_stats as ps
+from opbench.results.pairs import Plan, Record
 from opbench.results.stats import Rule
-from paired_quality import by_pair, load_runs
+from paired_quality import load_runs
 
 EFFICIENCY = 0.955  # the signed-rank test's against the t-test for normal data
-MOST = 60  # Plan.max_pairs
 FLOOR_S = 0.005  # below this a screen's spread (few pairs) is not believed
 
 
 def pair_medians(benchmark: dict, stage: str) -> np.ndarray:
-    return np.array([np.median(v) for v in by_pair(benchmark, "log_ratio", stage)])
+    """One stage's pair medians, from the trials the gate itself used (Record.stage_pairs)."""
+    return np.array([np.median(p) for p in Record(benchmark["id"], trials=benchmark["trials"]).stage_pairs(stage)])
 
 
 def allocate(shift: np.ndarray, spread: np.ndarray, total: int, floor: int, rule: Rule,
@@ -49,7 +50,7 @@ def allocate(shift: np.ndarray, spread: np.ndarray, total: int, floor: int, rule
 
     counts = np.full(len(shift), floor)
     for _ in range(max(0, total - int(counts.sum()))):
-        gains = [power(k, counts[k] + 1) - power(k, counts[k]) if counts[k] < MOST else -1.0
+        gains = [power(k, counts[k] + 1) - power(k, counts[k]) if counts[k] < Plan.max_pairs else -1.0
                  for k in range(len(shift))]
         k = int(np.argmax(gains))
         if gains[k] < 0:
@@ -71,7 +72,7 @@ def study(run: dict, floors: list[int], resamples: int, rng: np.random.Generator
     screen = [pair_medians(b, "screen") for b in flagged]
     confirm = [pair_medians(b, "confirm") for b in flagged]
     count = min(c.size for c in confirm)
-    shift = np.array([ps.estimate([m[i:i + 1] for i in range(m.size)]).log_ratio for m in screen])
+    shift = np.array([ps.Estimate(m, m.size).log_ratio for m in screen])
     spread = np.array([ps.spread(m) for m in screen])
     directions = ["regression" if s > 0 else "improvement" for s in shift]
     rho_spread = rank_correlation(spread, np.array([ps.spread(c) for c in confirm]))
@@ -84,8 +85,7 @@ def study(run: dict, floors: list[int], resamples: int, rng: np.random.Generator
     for name, counts in designs.items():
         got = []
         for _ in range(resamples):
-            ests = [ps.estimate([np.array([x]) for x in rng.choice(c, n)])
-                    for c, n in zip(confirm, counts, strict=True)]
+            ests = [ps.Estimate(rng.choice(c, n), n) for c, n in zip(confirm, counts, strict=True)]
             verdicts = ps.holm(ests, [rule] * len(ests), directions, run["paired"]["plan"]["confidence"])
             got.append(sum(v == d for (v, _), d in zip(verdicts, directions, strict=True)))
         confirmed[name] = float(np.mean(got))
