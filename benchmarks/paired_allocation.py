@@ -99,7 +99,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folders", nargs="+", type=Path, help="folders of kept gate runs (paired_quality.py --keep)")
     p.add_argument("--floor", default="14,21", help="pairs every flagged benchmark keeps, one design each")
-    p.add_argument("--resamples", type=int, default=300)
+    p.add_argument("--resamples", type=int, default=200)
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
