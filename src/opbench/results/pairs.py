@@ -52,7 +52,7 @@ class Side:
 class Plan:
     """How much to sample. Defaults chosen with benchmarks/paired_quality.py (README)."""
 
-    trials: int = 4  # trials per benchmark and worker pair
+    trials: int = 8  # trials per benchmark and worker pair (README: why many short pairs)
     min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
     max_pairs: int = 60  # at most this many in either stage (a new pair starts in about 2 s)
     confirm_pairs: int = 24  # the confirmation's minimum of fresh pairs (more when Holm's first level needs them)
