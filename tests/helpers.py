@@ -28,7 +28,7 @@ def bench(name: str, median: float, group: str = "gemm-forward[cpu-float32-64x64
         "name": name, "fullname": f"benchmarks/ops/test_linalg.py::{name}", "group": group,
         "stats": {"median": median, "iqr": median * 0.02, "rounds": 10, "min": fastest or median * 0.9, "mean": median},
         "extra_info": {"framework": framework, "mode": mode, "device": "cpu", "dtype": "float32", "flops": flops,
-                       "peak_gflops": 300.0, **extra},
+                       "peak_gflops": 300.0, "numpy_gemm_gflops": 100.0, **extra},
     }
 
 

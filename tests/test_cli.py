@@ -151,7 +151,8 @@ def test_report_tables(tmp_path, capsys):
     assert row("speedup over NumPy").split()[1:] == ["x1.00", "x0.50", "x2.00"]
     assert row("speedup over the slowest").split()[1:] == ["x2.00", "x1.00", "x4.00"]
     assert row("GFLOP/s").split()[1:] == ["2.6", "1.3", "5.2"]
-    assert row("share of the machine's peak").split()[1:] == ["1%", "0%", "2%"]
+    assert row("share of the device's ceiling").split()[1:] == ["1%", "0%", "2%"]
+    assert row("share of NumPy's fp32 GEMM").split()[1:] == ["3%", "1%", "5%"]
 
 
 def test_html_and_png_output(tmp_path):

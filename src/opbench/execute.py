@@ -39,6 +39,7 @@ class Prepared:
     items: int = 0  # samples per call, for throughput (models)
     peak_memory: Callable[[], int | None] | None = None  # the framework allocator's peak (GPU)
     after_timing: Callable[[], dict[str, Any]] | None = None  # more metrics, measured after timing
+    algorithm_gain: float = 1.0  # the most FLOPs a known fast algorithm saves against `flops`
 
     def per_second(self, seconds: float) -> dict[str, float]:
         """Throughput figures for extra_info: samples and batches per second (models only)."""
@@ -198,4 +199,6 @@ def prepare(case: Case, backend: Backend) -> Prepared:
     itemsize = 2 if case.dtype in ("float16", "bfloat16") else 4
     flops, nbytes, flops_exact = spec.cost(p, case.direction, exact, int(np.size(want)), itemsize)
     layout = image if any(a.kind == "image" for a in spec.args) else "-"
-    return Prepared(case, backend, call, verify, flops, nbytes, layout, extra={"flops_exact": flops_exact})
+    gain = spec.algorithm_gain(p) if spec.algorithm_gain else 1.0
+    return Prepared(case, backend, call, verify, flops, nbytes, layout, extra={"flops_exact": flops_exact},
+                    algorithm_gain=gain)

@@ -13,6 +13,7 @@ from typing import Any
 
 from opbench import backends
 from opbench.config import Settings
+from opbench.roofline import Roofline
 
 CLOCK_FIELDS = ("hz_actual", "hz_actual_friendly", "hz_advertised", "hz_advertised_friendly")
 
@@ -40,10 +41,12 @@ def frameworks(names: tuple[str, ...]) -> dict[str, Any]:
     return facts
 
 
-def update_machine_info(machine_info: dict, settings: Settings, threads: int, malloc: str = "default") -> None:
+def update_machine_info(machine_info: dict, settings: Settings, threads: int, malloc: str = "default",
+                        roofline: Roofline | None = None) -> None:
     """Add opbench's fingerprint to pytest-benchmark's machine_info, in place. Only what is the
-    same on every run of an unchanged machine goes here (the measured peak goes in extra_info):
-    pytest-benchmark warns whenever machine_info differs."""
+    same on every run of an unchanged machine goes here (the CPU's derived ceilings, not NumPy's
+    measured GEMM speed, which goes in extra_info): pytest-benchmark warns whenever machine_info
+    differs."""
     cpu = machine_info.get("cpu")
     if isinstance(cpu, dict):
         for key in CLOCK_FIELDS:
@@ -57,3 +60,5 @@ def update_machine_info(machine_info: dict, settings: Settings, threads: int, ma
         "profile": settings.profile,
         "malloc": malloc,
     }
+    if roofline is not None:
+        machine_info["opbench"]["roofline"] = roofline.derived(settings.devices, settings.dtypes)

@@ -15,20 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from opbench.backends.base import Backend
 from opbench.inject import Injection, inject_slowdown, recorded
+from opbench.roofline import Implausible
+
+__all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "measure", "pin_threads", "setup"]
 
 NOISY_IQR = 0.10  # IQR / median above this draws a warning
 
 
 class ThreadMismatch(AssertionError):
     """The framework would run with another thread count than requested."""
-
-
-class Implausible(AssertionError):
-    """A timing implies more FLOP/s than the machine can do: the work was not all waited for."""
 
 
 class NoisyMeasurement(UserWarning):
@@ -52,38 +49,6 @@ def first_call(call: Callable[[], Any]) -> tuple[Any, float]:
     start = time.perf_counter()
     result = call()
     return result, time.perf_counter() - start
-
-
-def check_roofline(flops: float | None, seconds: float, peak_gflops: float | None, slack: float) -> float | None:
-    """GFLOP/s of a call taking `seconds`; raises Implausible above peak x slack."""
-    if not flops or seconds <= 0:
-        return None
-    gflops = flops / seconds / 1e9
-    if peak_gflops and gflops > peak_gflops * slack:
-        raise Implausible(
-            f"{gflops:,.0f} GFLOP/s is above {slack:g} x the machine's peak of {peak_gflops:,.0f} GFLOP/s: "
-            "the timed call did not wait for its work (missing synchronisation?)"
-        )
-    return gflops
-
-
-def measure_numpy_peak(threads: int, size: int = 1024, repeats: int = 7) -> float:
-    """The best fp32 GEMM GFLOP/s NumPy's BLAS reaches here: the CPU roofline estimate."""
-    from opbench.backends import load
-
-    backend = load("numpy")
-    backend.set_threads(threads)
-    r = np.random.default_rng(0)
-    a, b = r.standard_normal((size, size), dtype=np.float32), r.standard_normal((size, size), dtype=np.float32)
-    a @ b
-    best = min(_seconds(lambda: a @ b) for _ in range(repeats))
-    return 2 * size**3 / best / 1e9
-
-
-def _seconds(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 class PeakRSS:
@@ -191,22 +156,32 @@ def setup(case, backend, state) -> Ready:
     return Ready(prepared, threads, first_s, max_err, inject_slowdown(prepared))
 
 
+def describe(case, backend, ready: Ready, roofline) -> dict[str, Any]:
+    """The extra_info every saved result of `case` carries before it is timed: what ran, where,
+    its cost, its verification and the device's ceiling (with NumPy's GEMM beside it on a CPU)."""
+    p = ready.prepared
+    ceiling = roofline.ceiling(case.device, case.dtype, backend)
+    info = {"op" if case.kind == "op" else "model": case.name, "direction": case.direction, "family": case.family,
+            "framework": case.framework, "framework_version": backend.version(), "device": case.device,
+            "mode": case.mode, "dtype": case.dtype, "shape": case.label, "layout": p.layout, "threads": ready.threads,
+            "flops": p.flops, "bytes": p.bytes, "max_abs_err": ready.max_abs_err, "first_call_s": ready.first_call_s,
+            **p.extra}
+    if p.flops:
+        info.update(peak_gflops=ceiling.gflops, peak_derivation=ceiling.derivation,
+                    numpy_gemm_gflops=roofline.numpy_gemm() if case.device == "cpu" else None)
+    info.update(recorded(ready.injected))
+    return info
+
+
 def measure(benchmark, bound) -> None:
     """Benchmark one bound case: pin threads, run once (first-call latency), verify against
     NumPy, then time with pytest-benchmark and check the result is physically plausible."""
     case, backend, state = bound.case, bound.backend, bound.state
     ready = setup(case, backend, state)
-    prepared = ready.prepared
     benchmark.group = case.group
-    benchmark.extra_info.update(
-        {"op" if case.kind == "op" else "model": case.name}, direction=case.direction, family=case.family,
-        framework=case.framework, framework_version=backend.version(), device=case.device, mode=case.mode,
-        dtype=case.dtype, shape=case.label, layout=prepared.layout, threads=ready.threads, flops=prepared.flops,
-        bytes=prepared.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s, **prepared.extra,
-    )
-    benchmark.extra_info.update(recorded(ready.injected))
+    benchmark.extra_info.update(describe(case, backend, ready, state.roofline))
     try:
-        _time_and_check(benchmark, case, prepared, state)
+        _time_and_check(benchmark, case, ready.prepared, state)
     except BaseException:
         # a failed check, an error or an interrupt while timing: nothing implausible or partial is saved
         benchmark.has_error = True
@@ -223,10 +198,8 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
     timing = timing_of(benchmark)
     if timing is None:
         return
-    state.check_roofline(prepared.flops, timing.min_s, case.device, case.dtype)
-    peak = state.peak(case.device, case.dtype)
+    state.roofline.check(prepared.flops, timing.min_s, case.device, case.dtype, gain=prepared.algorithm_gain)
     benchmark.extra_info.update(
-        peak_gflops=peak,
         gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,
         gbps=prepared.bytes / timing.median_s / 1e9 if prepared.bytes else None,
         **prepared.per_second(timing.median_s),

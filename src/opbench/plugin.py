@@ -19,6 +19,7 @@ from opbench.config import ConfigError, Settings
 from opbench.distributed.cases import dist_cases
 from opbench.distributed.engines import ENGINES
 from opbench.models import catalogue
+from opbench.roofline import Roofline
 
 STATE = pytest.StashKey["State"]()
 DIRECTIONS = ("forward", "backward", "inference", "training")
@@ -46,48 +47,21 @@ class RunStatus:
 
 @dataclass
 class State:
-    """What one pytest session knows: its settings and the roofline peaks it measured."""
+    """What one pytest session knows: its settings, roofline and how its run is going."""
 
     settings: Settings
-    peaks: dict[tuple[str, str], float | None] = field(default_factory=dict)
     malloc: str = "default"
     run: RunStatus = field(default_factory=RunStatus)
     active: bool = False  # opbench benchmarks were collected in this session
+    roofline: Roofline = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.roofline = Roofline(s.peak_gflops, s.roofline_slack, self.threads)
 
     @property
     def threads(self) -> int:
         return self.settings.threads[0]
-
-    def peak(self, device: str, dtype: str) -> float | None:
-        """The GFLOP/s ceiling for `device` and `dtype`: --peak-gflops, else the NumPy fp32 GEMM
-        measured once (twice that for 16-bit types, which have twice the SIMD lanes); None on a
-        GPU without --peak-gflops."""
-        if self.settings.peak_gflops:
-            return self.settings.peak_gflops
-        key = (device, dtype)
-        if key not in self.peaks:
-            from opbench.measure import measure_numpy_peak
-
-            base = measure_numpy_peak(self.threads) if device == "cpu" else None
-            self.peaks[key] = base * (2 if dtype != "float32" else 1) if base else None
-        return self.peaks[key]
-
-    def check_roofline(self, flops: float | None, seconds: float, device: str, dtype: str) -> float | None:
-        """measure.check_roofline against this session's peak. A call faster than a *measured*
-        peak allows first has the peak measured again, keeping the higher of the two: a peak
-        measured while other tenants were busy is too low (seen on this machine: 64 GFLOP/s
-        measured under load, 197 reached later by a 1024^3 GEMM)."""
-        from opbench.measure import Implausible, check_roofline
-
-        slack = self.settings.roofline_slack
-        try:
-            return check_roofline(flops, seconds, self.peak(device, dtype), slack)
-        except Implausible:
-            if self.settings.peak_gflops or self.peaks.get((device, dtype)) is None:
-                raise
-            first = self.peaks.pop((device, dtype))
-            self.peaks[(device, dtype)] = max(first, self.peak(device, dtype))
-            return check_roofline(flops, seconds, self.peak(device, dtype), slack)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -323,9 +297,10 @@ def header(config: pytest.Config, state: State) -> list[str]:
     ]
     for name in s.frameworks:
         lines.append("  " + framework_line(name, s, state.threads))
-    if not config.getoption("benchmark_disable", False) and "cpu" in s.devices:
-        peak = state.peak("cpu", "float32")
-        lines.append(f"  roofline: {peak:,.0f} GFLOP/s fp32 (x{s.roofline_slack:g} slack)")
+    if "cpu" in s.devices:
+        ceiling = state.roofline.ceiling("cpu", "float32")
+        lines.append(f"  roofline: {ceiling.gflops:,.0f} GFLOP/s fp32 x{s.roofline_slack:g} slack "
+                     f"[{ceiling.derivation}]")
     return lines
 
 
@@ -364,5 +339,5 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
     state = config.stash.get(STATE, None)
     if state is not None and state.active:  # another suite's benchmarks get pytest-benchmark's info only
-        update_machine_info(machine_info, state.settings, state.threads, state.malloc)
+        update_machine_info(machine_info, state.settings, state.threads, state.malloc, state.roofline)
         machine_info["opbench"]["run"] = state.run.as_dict()

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from opbench.roofline import GpuFacts
+
 Call = Callable[[], Any]
 
 
@@ -58,6 +60,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def gpu_unavailable(self) -> str | None:
         """Why the GPU cannot be used, or None when it can."""
+
+    def gpu_facts(self) -> GpuFacts | None:
+        """What the framework says of GPU 0 (name, compute capability, multiprocessors, maximum
+        clock), for the roofline; None where it says nothing (then generous bounds apply)."""
+        return None
 
     def dtypes(self, device: str) -> tuple[str, ...]:
         """The dtypes this framework computes in on `device`."""

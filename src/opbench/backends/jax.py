@@ -22,6 +22,7 @@ import numpy as np
 from jax import lax
 
 from opbench.backends.base import Backend, Call, Framework
+from opbench.roofline import GpuFacts
 
 # Both modes compile per input shape: op by op, JAX compiles each primitive for each new shape.
 FRAMEWORK = Framework(name="jax", title="JAX", package="jax", modes=("eager", "jit"), order=4,
@@ -55,6 +56,12 @@ class JaxBackend(Backend):
         except RuntimeError:
             return "jax sees no GPU (a CPU-only jaxlib, or no CUDA device)"
         return None
+
+    def gpu_facts(self) -> GpuFacts:
+        d = jax.devices("gpu")[0]
+        cc = getattr(d, "compute_capability", None)  # "9.0" on CUDA devices
+        capability = tuple(int(v) for v in str(cc).split(".")[:2]) if cc else None
+        return GpuFacts(d.device_kind, capability, getattr(d, "core_count", None))
 
     def _device(self, device: str):
         return jax.devices(_PLATFORMS[device])[0]

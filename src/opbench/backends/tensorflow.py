@@ -14,6 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from opbench.backends.base import Backend, Call, Framework
+from opbench.roofline import GpuFacts
 
 FRAMEWORK = Framework(name="tensorflow", title="TensorFlow", package="tensorflow", modes=("eager", "graph", "xla"),
                       order=2, compiled=("xla",), load_before=("torch",))
@@ -34,6 +35,11 @@ class TensorflowBackend(Backend):
 
     def gpu_unavailable(self) -> str | None:
         return None if tf.config.list_physical_devices("GPU") else "tensorflow sees no GPU"
+
+    def gpu_facts(self) -> GpuFacts:
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        capability = details.get("compute_capability")
+        return GpuFacts(details.get("device_name", ""), tuple(capability) if capability else None)
 
     def image_layout(self, device: str) -> str:
         return "NHWC" if device == "cpu" else "NCHW"

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from opbench.backends.base import Backend, Call, Framework
+from opbench.roofline import GpuFacts
 
 FRAMEWORK = Framework(name="torch", title="PyTorch", package="torch", modes=("eager", "compile"), order=1,
                       compiled=("compile",))
@@ -31,6 +32,11 @@ class TorchBackend(Backend):
 
     def gpu_unavailable(self) -> str | None:
         return None if torch.cuda.is_available() else "torch sees no CUDA GPU (torch.cuda.is_available() is False)"
+
+    def gpu_facts(self) -> GpuFacts:
+        props = torch.cuda.get_device_properties(0)
+        khz = getattr(props, "clock_rate", 0)  # cudaDevAttrClockRate: the maximum SM clock, in kHz
+        return GpuFacts(props.name, (props.major, props.minor), props.multi_processor_count, khz * 1e3 or None)
 
     def from_numpy(self, array, device, dtype):
         t = torch.from_numpy(np.require(array, requirements="C"))

@@ -61,6 +61,9 @@ class OpSpec:
     # it is nominal, recorded as extra_info flops_exact=False and left out of %-of-peak.
     flops_exact: bool = False
     backward_flops: Callable[[Params], float] | None = None
+    # The most a published fast algorithm divides the counted FLOPs by (Winograd and FFT
+    # convolution: at most the kernel's area); the roofline guard allows that much more.
+    algorithm_gain: Callable[[Params], float] | None = None
     output_kind: str = "plain"
     creation: bool = False
     # A custom output check (random creation): check(p, host_inputs, out) -> error, raises on failure.

@@ -97,6 +97,9 @@ register(
         flops=_flops,
         flops_exact=True,
         backward_flops=lambda p: 3 * _flops(p),  # the forward, dx and dw: each the forward's products
+        # Winograd F(m, r) does m^2 r^2 / (m + r - 1)^2 fewer products, below r^2 for every m; FFT
+        # convolution saves less than that at these kernel sizes
+        algorithm_gain=lambda p: float(p["k"] ** 2),
         shapes={
             "quick": (_conv(16, 64, 32, 64, 3, 1, 1), _conv(16, 128, 16, 128, 3, 2, 1)),
             "full": (

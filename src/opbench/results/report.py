@@ -18,6 +18,7 @@ class Cell:
     iqr: float
     gflops: float | None
     peak: float | None  # the run's roofline for this device and dtype
+    numpy_gemm: float | None = None  # NumPy's fp32 GEMM GFLOP/s in the same run (CPU)
 
 
 @dataclass
@@ -52,7 +53,8 @@ def grid(runs: list[Run]) -> Grid:
         cells[key] = Cell(median, float(np.median([b.iqr for b, _ in entries])),
                           flops / median / 1e9 if flops else None,
                           # %-of-peak only for exact FLOP counts (results before the flag: all)
-                          bench.extra.get("peak_gflops") if bench.extra.get("flops_exact", True) else None)
+                          bench.extra.get("peak_gflops") if bench.extra.get("flops_exact", True) else None,
+                          bench.extra.get("numpy_gemm_gflops"))
     rows = sorted({r for r, _ in cells})
     columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith("numpy"), c))
     return Grid(rows, columns, cells)
@@ -85,6 +87,11 @@ def _peak_share(g, r, c):
     return f"{cell.gflops / cell.peak:.0%}" if cell and cell.gflops and cell.peak else "-"
 
 
+def _numpy_gemm_share(g, r, c):
+    cell = g.row(r).get(c)
+    return f"{cell.gflops / cell.numpy_gemm:.0%}" if cell and cell.gflops and cell.numpy_gemm else "-"
+
+
 def _vs_numpy(g, r, c):
     cells = g.row(r)
     ref = next((cells[k].median for k in cells if k.startswith("numpy/")), None)
@@ -100,7 +107,8 @@ METRICS = (
     ("median time (* fastest)", _time),
     ("IQR / median", _iqr),
     ("GFLOP/s", _gflops),
-    ("share of the machine's peak", _peak_share),
+    ("share of the device's ceiling", _peak_share),
+    ("share of NumPy's fp32 GEMM on the same host", _numpy_gemm_share),
     ("speedup over NumPy", _vs_numpy),
     ("speedup over the slowest", _vs_slowest),
 )

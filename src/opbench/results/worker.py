@@ -97,7 +97,7 @@ class Worker:
 
         state = self.collector.state
         info = pytest_benchmark_generate_machine_info()
-        update_machine_info(info, state.settings, state.threads, state.malloc)
+        update_machine_info(info, state.settings, state.threads, state.malloc, state.roofline)
         info["opbench"]["run"] = {"status": "complete", "failed": [], "design": "paired"}
         return {"ok": True, "machine_info": info, "commit_info": get_commit_info()}
 
@@ -108,9 +108,8 @@ class Worker:
 
         from opbench import execute
         from opbench.backends.base import Unavailable
-        from opbench.inject import recorded
         from opbench.known_issues import known_issue
-        from opbench.measure import setup
+        from opbench.measure import describe, setup
 
         self.release()
         name, case = self.collector.items[node_id]
@@ -129,14 +128,8 @@ class Worker:
         except (Exception, pytest.fail.Exception) as exc:
             return {"ok": True, "outcome": "failed", "message": one_line(exc)}
         self.current = (case, backend, ready)
-        p = ready.prepared
-        extra = dict(framework=case.framework, framework_version=backend.version(), device=case.device,
-                     mode=case.mode, dtype=case.dtype, shape=case.label, layout=p.layout, threads=ready.threads,
-                     flops=p.flops, bytes=p.bytes, max_abs_err=ready.max_abs_err, first_call_s=ready.first_call_s,
-                     **p.extra)
-        extra.update(recorded(ready.injected))
         return {"ok": True, "outcome": "ready", "name": name, "group": case.group,
-                "extra_info": extra, "peak": state.peak(case.device, case.dtype)}
+                "extra_info": describe(case, backend, ready, state.roofline)}
 
     def burst(self, loops: int, rounds: int) -> dict:
         """`rounds` timed rounds of `loops` calls each: the time per call of every round, and the
@@ -156,7 +149,8 @@ class Worker:
         wall = time.perf_counter() - start
         cpu, steal, switches = time.process_time() - cpu, steal_ticks() - steal, _involuntary() - switches
         try:
-            state.check_roofline(ready.prepared.flops, min(times), case.device, case.dtype)
+            state.roofline.check(ready.prepared.flops, min(times), case.device, case.dtype,
+                                 gain=ready.prepared.algorithm_gain)
         except AssertionError as exc:
             return {"ok": False, "error": one_line(exc)}
         return {"ok": True, "times": times, "wall": wall, "cpu_per_call": cpu / (loops * rounds),
