@@ -20,10 +20,10 @@ WORST: dict[tuple, tuple[float, str]] = {}
 
 
 def _recording(real):
-    def compare(what, got, want, case, tol, floor=None):
-        result = real(what, got, want, case, tol, floor)  # raises on failure, as in the suite
+    def compare(what, got, want, case, tol, floor=None, absolute=None):
+        result = real(what, got, want, case, tol, floor, absolute)  # raises on failure, as in the suite
         diff = np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want)
-        limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor)
+        limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor, absolute)
         share = float(np.max(diff / limit)) if want.size else 0.0
         key = (case.name, case.direction, case.dtype, what.split()[-1])
         if share >= WORST.get(key, (-1.0, ""))[0]:

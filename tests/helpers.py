@@ -55,3 +55,14 @@ def gemm_runs(folder: Path, prefix: str, medians: list[float], **kw) -> list[Pat
         ], **kw)
         for i, m in enumerate(medians)
     ]
+
+
+def edge_case(name: str, framework: str, mode: str, direction: str, seed: int = 0, dtype: str = "float32"):
+    """The operator's edge-regime case (OpSpec.edge at OpSpec.edge_problem) on the CPU."""
+    from opbench import ops
+    from opbench.cases import Case
+
+    spec = ops.get(name)
+    p = {**spec.edge_problem, "inputs": "edge"}
+    return Case("op", name, spec.family, direction, framework, "cpu", mode, dtype,
+                f"{spec.label(p)}-edge-seed{seed}", tuple(sorted(p.items())))

@@ -29,6 +29,7 @@ from opbench.execute import CorrectnessError
 from opbench.layout import from_native, to_native
 from opbench.models import catalogue
 from opbench.ops import activations, conv, normalization
+from tests.helpers import edge_case
 
 FRAMEWORKS = backends.taking_part("models")  # the frameworks under test; NumPy is the reference
 Params = dict[str, np.ndarray]
@@ -168,7 +169,7 @@ class OpMutant:
     from the real ones and the float64 inputs; creation mutants give the samples."""
 
     name: str
-    gate: str  # "operator forward" | "operator backward" | "creation"
+    gate: str  # "operator forward" | "operator backward" | "operator edges" | "creation"
     op: str
     why: str
     wrong: Callable[..., object]
@@ -206,6 +207,14 @@ def _layer_norm_no_mean_term(grads, inputs, p):
     return [inv * (dxhat - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)), *grads[1:]]
 
 
+def _one_pass_layer_norm(out, inputs, p):
+    """Layer norm with the variance as E[x^2] - E[x]^2 in float32 (what XLA does for batch norm)."""
+    x, gamma, beta = (a.astype(np.float32) for a in inputs)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = np.maximum((x * x).mean(axis=-1, keepdims=True) - mean * mean, 0)
+    return ((x - mean) / np.sqrt(var + np.float32(normalization.EPS)) * gamma + beta).astype(np.float64)
+
+
 def _softmax_no_sum_term(grads, inputs, p):
     y = activations._softmax(inputs[0])
     return [y * inputs[-1]]
@@ -230,6 +239,19 @@ OP_MUTANTS = (
              lambda out, inputs, p: _with_eps(1e-3, normalization.layer_norm, p, *inputs)),
     OpMutant("layer_norm over the batch axis", "operator forward", "layer_norm", "statistics over the wrong axis",
              lambda out, inputs, p: normalization._normalize(inputs[0], (0,))[0] * inputs[1] + inputs[2]),
+    OpMutant("relu leaks 1e-6", "operator forward", "relu", "a slope of 1e-6 below zero (inside the old |x| floor)",
+             lambda out, inputs, p: out + 1e-6 * np.minimum(inputs[0], 0)),
+    OpMutant("sigmoid tail flushed below -30", "operator edges", "sigmoid", "values under 1e-13 returned as 0",
+             lambda out, inputs, p: np.where(inputs[0] < -30, 0.0, out)),
+    OpMutant("gelu tail of the wrong sign", "operator edges", "gelu", "x Phi(x) positive for x < -6",
+             lambda out, inputs, p: np.where(inputs[0] < -6, -out, out)),
+    OpMutant("softplus tail 0.1% high", "operator edges", "softplus", "a fast exp approximation below x = -15",
+             lambda out, inputs, p: np.where(inputs[0] < -15, out * 1.001, out)),
+    OpMutant("layer_norm one-pass variance", "operator edges", "layer_norm", "E[x^2] - E[x]^2 in float32",
+             _one_pass_layer_norm),
+    OpMutant("l2_normalize eps 1e-6 on the norm", "operator edges", "l2_normalize", "rows under 1e-6 not normalised",
+             lambda out, inputs, p: inputs[0] / np.maximum(np.sqrt(np.sum(inputs[0] ** 2, axis=1, keepdims=True)),
+                                                           1e-6)),
     OpMutant("gemm in TF32", "operator forward", "gemm", "inputs rounded to a 10-bit mantissa",
              lambda out, inputs, p: _tf32(inputs[0]) @ _tf32(inputs[1])),
     OpMutant("gemm with B transposed", "operator forward", "gemm", "a layout flag read the wrong way",
@@ -272,7 +294,10 @@ OP_MUTANTS = (
 
 
 def op_case(framework: str, mutant: OpMutant, dtype: str = "float32") -> Case:
-    """The benchmark's own quick case for the mutant's operator (eager)."""
+    """The benchmark's own quick case for the mutant's operator (eager); edge mutants: the edge
+    regimes' case of tests/test_edges.py."""
+    if mutant.gate == "operator edges":
+        return edge_case(mutant.op, framework, "eager", "forward", dtype=dtype)
     spec = ops.get(mutant.op)
     p = spec.shapes["quick"][0]
     direction = "backward" if mutant.gate == "operator backward" else "forward"

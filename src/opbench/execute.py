@@ -80,7 +80,7 @@ def require(case: Case) -> Backend:
 def host_inputs(name: str, label: str, params: tuple, dtype: str) -> tuple[np.ndarray, ...]:
     """The operator's inputs for this problem and dtype, the same for every framework."""
     spec = ops.get(name)
-    made = spec.make(data.rng(name, label), dict(params))
+    made = spec.inputs(data.rng(name, label), dict(params))
     return tuple(data.host_array(a, dtype) for a in made)
 
 
@@ -90,13 +90,13 @@ def _cotangent(case: Case, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, tol: float,
-             floor: np.ndarray | float | None = None) -> float:
+             floor: np.ndarray | float | None = None, absolute: np.ndarray | float | None = None) -> float:
     """max|got - want|, after checking every element against tol * (|want| + floor) (floor: the
     RMS of `want` unless the operator says what its rounding error scales with)."""
     err = ops.max_error(got, want)
     if np.isfinite(err):
         diff = np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want)
-        limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor)
+        limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor, absolute)
         worst = np.unravel_index(np.argmax(diff - limit), want.shape) if want.size else ()
         if not want.size or diff[worst] <= limit[worst]:
             return err
@@ -141,6 +141,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
     magnitude = tuple(np.abs(a) for a in exact)
     want = spec.reference(p, *exact)
     floor = spec.floor(p, *exact) if spec.floor else None
+    absolute = ops.absolute_allowance(spec, p, exact, case.dtype)
     if spec.linear:
         floor = _capped(spec.reference(p, *magnitude), want)
 
@@ -155,7 +156,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                     return spec.check(p, exact, got)
                 except AssertionError as exc:  # the check's own failure is a correctness failure like any
                     raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: {exc}") from None
-            return _compare("output", got, want, case, out_tol, floor)
+            return _compare("output", got, want, case, out_tol, floor, absolute)
     else:
         native = [
             backend.from_numpy(to_native(a, arg.kind, image, kernel), case.device, case.dtype)
@@ -169,7 +170,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
             run = backend.forward(impl, p, native, case.mode, case.device)
 
             def verify(result):
-                return _compare("output", to_host(result, spec.output_kind), want, case, out_tol, floor)
+                return _compare("output", to_host(result, spec.output_kind), want, case, out_tol, floor, absolute)
         else:
             ct = _cotangent(case, want.shape)
             ct_native = backend.from_numpy(to_native(ct, spec.output_kind, image, kernel), case.device, case.dtype)
@@ -182,6 +183,10 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                 grad_floors = [_capped(b, w) for b, w in zip(bounds, want_grads, strict=True)]
             else:
                 grad_floors = [max(1.0, float(np.max(np.abs(w)))) - np.abs(w) for w in want_grads]
+            # a gradient through an ill-conditioned forward (x - mean over a tiny spread) inherits its error
+            cond = float(np.max(spec.conditioning(p, *exact))) if spec.conditioning and want.size else 0.0
+            grad_abs = [ops.SMALLEST_NORMAL[case.dtype] + ops.COND_ULPS * ops.UNIT_ROUNDOFF[case.dtype] * cond
+                        * max(1.0, float(np.max(np.abs(w)))) for w in want_grads]
             argnums = spec.grad_argnums
             run = backend.backward(impl, p, native, argnums, ct_native, case.mode, case.device)
 
@@ -189,10 +194,10 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                 out, grads = result
                 if len(grads) != len(argnums):
                     raise CorrectnessError(f"{case.framework} returned {len(grads)} gradients, expected {len(argnums)}")
-                errs = [_compare("output", to_host(out, spec.output_kind), want, case, out_tol, floor)]
-                for i, g, w, f in zip(argnums, grads, want_grads, grad_floors, strict=True):
+                errs = [_compare("output", to_host(out, spec.output_kind), want, case, out_tol, floor, absolute)]
+                for i, g, w, f, a in zip(argnums, grads, want_grads, grad_floors, grad_abs, strict=True):
                     arg = spec.args[i]
-                    errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f))
+                    errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f, a))
                 return max(errs)
 
     call = synchronised(run, backend, case.device)

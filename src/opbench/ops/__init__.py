@@ -1,7 +1,20 @@
 """The operator catalogue: every OpSpec, by name, one module per family."""
 
 from opbench.ops import activations, conv, creation, linalg, normalization, pooling, reshape  # noqa: F401
-from opbench.ops.base import REGISTRY, TOLERANCE, Arg, OpSpec, allowed_error, max_error, rms, rtol
+from opbench.ops.base import (
+    COND_ULPS,
+    REGISTRY,
+    SMALLEST_NORMAL,
+    TOLERANCE,
+    UNIT_ROUNDOFF,
+    Arg,
+    OpSpec,
+    absolute_allowance,
+    allowed_error,
+    max_error,
+    rms,
+    rtol,
+)
 
 FAMILIES = tuple(dict.fromkeys(spec.family for spec in REGISTRY.values()))
 
@@ -14,4 +27,19 @@ def get(name: str) -> OpSpec:
         raise KeyError(f"unknown operator {name!r}; valid: {', '.join(REGISTRY)}") from None
 
 
-__all__ = ["FAMILIES", "REGISTRY", "TOLERANCE", "Arg", "OpSpec", "allowed_error", "get", "max_error", "rms", "rtol"]
+__all__ = [
+    "COND_ULPS",
+    "FAMILIES",
+    "REGISTRY",
+    "SMALLEST_NORMAL",
+    "TOLERANCE",
+    "UNIT_ROUNDOFF",
+    "Arg",
+    "OpSpec",
+    "absolute_allowance",
+    "allowed_error",
+    "get",
+    "max_error",
+    "rms",
+    "rtol",
+]

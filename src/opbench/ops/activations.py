@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from opbench.cases import dims_label
-from opbench.ops.base import Arg, OpSpec, normal, register, shape_strategy
+from opbench.ops.base import Arg, OpSpec, log_uniform, normal, register, shape_strategy
 
 SHAPES = {
     "quick": ({"n": 256, "d": 1024},),
@@ -32,10 +32,12 @@ def _softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-# Forward outputs are checked element by element to ULPS units of roundoff of |ref| + |x|
-# (softmax: of |ref| alone, each probability to its own precision): an element-wise function
-# rounds in proportion to its argument, so a slope, approximation or truncation error shows
-# wherever the output is small. Measured with benchmarks/tolerance_margins.py (README).
+# Forward outputs are checked element by element to ULPS units of roundoff of |f(x)| + |x f'(x)|
+# (softmax: of |ref|, each probability to its own precision, plus its conditioning below). That is the function's own
+# conditioning: rounding x to the dtype moves f(x) by eps |x f'(x)|, so a correctly rounded
+# implementation stays within a few units everywhere, in saturated tails too, where a floor of
+# |x| would accept errors many orders larger than the value. Measured with
+# benchmarks/tolerance_margins.py and over [-40, 40] by the edge-regime tests (docs).
 ULPS = 64
 
 # name: (forward(x), derivative(x, y) with y = forward(x), nominal FLOPs per element)
@@ -51,6 +53,26 @@ ELEMENTWISE = {
 
 def _make(r, p):
     return (normal(r, p["n"], p["d"]) * 3,)
+
+
+def _edge(r, p):
+    """|x| from 1e-6 to 40 evenly over the decades, both signs: the linear region, the bends
+    and the saturated tails, where a value is many orders below its argument."""
+    return (log_uniform(r, 1e-6, 40.0, p["n"], p["d"]),)
+
+
+def _softmax_edge(r, p):
+    """Rows of logits spread over [-40, 40] (probabilities down to e^-80), a row with one
+    dominant logit, a constant row and a row of logits within 1e-6 of each other."""
+    x = r.uniform(-40, 40, (p["n"], p["d"])).astype(np.float32)
+    x[0] = -40.0
+    x[0, p["d"] // 2] = 40.0
+    x[1] = 3.0
+    x[2] = 1e-6 * normal(r, p["d"])
+    return (x,)
+
+
+EDGE = {"n": 8, "d": 128}
 
 
 def _small():
@@ -76,12 +98,23 @@ def _elementwise_spec(name: str) -> OpSpec:
         small=_small,
         fixed={"n": 3, "d": 17},
         ulps=ULPS,
-        floor=lambda p, x: np.abs(x),
+        floor=lambda p, x: np.abs(x * derivative(x, forward(x))),
+        underflow=lambda p, x: 1 + np.abs(x),
+        edge=_edge,
+        edge_problem=EDGE,
     )
 
 
 for _name in ELEMENTWISE:
     register(_elementwise_spec(_name))
+
+
+def _softmax_conditioning(p, x):
+    """y_i (|x_i - m| + sum_j y_j |x_j - m|), m the row's maximum: the shifted logits x - m round
+    by a unit of roundoff of their size, and exp and the normalising sum turn that into an error
+    of y_i (a probability of 1e-29 at x_i - m = -65 is off by 65 units)."""
+    y, shifted = _softmax(x), np.abs(x - x.max(axis=-1, keepdims=True))
+    return y * (shifted + np.sum(y * shifted, axis=-1, keepdims=True))
 
 
 def _softmax_vjp(p, arrays, ct):
@@ -104,6 +137,10 @@ register(
         fixed={"n": 3, "d": 17},
         ulps=ULPS,
         floor=lambda p, x: 0.0,
+        conditioning=_softmax_conditioning,
+        underflow=lambda p, x: 1 + np.abs(x),
+        edge=_softmax_edge,
+        edge_problem=EDGE,
         notes="softmax over the last axis",
     )
 )

@@ -26,6 +26,11 @@ UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # The smallest normal number: below it a dtype keeps only an absolute precision, so every
 # element may also be off by this much (6.1e-5 for float16; float32 and bfloat16 share 1.2e-38).
 SMALLEST_NORMAL = {"float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-126}
+# Units of roundoff of an operator's conditioning allowed beside its relative tolerance: the
+# float32 mean of values near 3 is off by ulp(3)/2 even when correctly rounded, so x - mean is
+# off by 1.2e-7 / std relative to itself; honest frameworks measured at most 2.2 units, while
+# MXNet's float16 softmax (accumulated in float16) needs 15.7 beside its relative tolerance.
+COND_ULPS = 8
 
 
 @dataclass(frozen=True)
@@ -74,16 +79,37 @@ class OpSpec:
     # floor(p, *inputs) -> the per-element magnitude the forward output's rounding error scales
     # with beside |ref| (e.g. |x| for activations); None: the RMS of the reference output.
     floor: Callable[..., np.ndarray | float] | None = None
+    # underflow(p, *inputs) -> how many smallest normals an output element may be off by: an
+    # intermediate that flushes to zero there, multiplied into the output (gelu is x Phi(x),
+    # with Phi below 1e-38 for x < -13: 1 + |x|); None: 1.
+    underflow: Callable[..., np.ndarray | float] | None = None
+    # conditioning(p, *inputs) -> how far one unit of roundoff in the inputs and in the reduced
+    # statistics moves each forward output element (normalisations: |gamma| (|x| + |mean|) /
+    # sqrt(var + eps), large where the mean dwarfs the spread); COND_ULPS units of it are allowed.
+    conditioning: Callable[..., np.ndarray] | None = None
     # Linear in each input (products, convolution, average pooling): the rounding error of every
     # output and gradient element is bounded by the same operation on absolute values (Higham's
     # |A||B| bound), which is then its floor: per element, however much the terms cancel.
     linear: bool = False
+    # Inputs over the function's whole range and the regimes where definitions differ (saturated
+    # tails, norms and variances near the epsilon), for the edge-regime property tests:
+    # edge(rng, p) at the problem `edge_problem`; a case asks for them with the parameter inputs="edge".
+    edge: Callable[[np.random.Generator, Params], tuple[np.ndarray, ...]] | None = None
+    edge_problem: Params | None = None
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def differentiable(self) -> bool:
         return self.vjp is not None
+
+    def inputs(self, r: np.random.Generator, p: Params) -> tuple[np.ndarray, ...]:
+        """The operator's inputs for problem `p`: the edge regimes where p says inputs="edge"."""
+        if p.get("inputs") == "edge":
+            if self.edge is None:
+                raise ValueError(f"operator {self.name!r} has no edge-regime inputs")
+            return self.edge(r, p)
+        return self.make(r, p)
 
     @property
     def grad_argnums(self) -> tuple[int, ...]:
@@ -130,6 +156,25 @@ def normal(r: np.random.Generator, *shape: int) -> np.ndarray:
     return r.standard_normal(shape).astype(np.float32)
 
 
+def log_uniform(r: np.random.Generator, low: float, high: float, *shape: int) -> np.ndarray:
+    """Magnitudes spread evenly over the decades from `low` to `high`, each with a random sign."""
+    magnitude = np.exp(r.uniform(np.log(low), np.log(high), shape))
+    return (magnitude * r.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+
+def shifted_rows(r: np.random.Generator, means, stds, *shape: int, axis: int = 0) -> np.ndarray:
+    """Normal values whose slices along `axis` take, in turn, each (mean, std) pair: a constant
+    slice (std 0), variances far below, near and above a normalisation's epsilon, and means
+    far from zero, where a one-pass variance (E[x^2] - E[x]^2) cancels."""
+    x = normal(r, *shape)
+    index = [slice(None)] * len(shape)
+    for i in range(shape[axis]):
+        index[axis] = i
+        mean, std = means[i % len(means)], stds[(i // len(means)) % len(stds)]
+        x[tuple(index)] = mean + std * x[tuple(index)]
+    return x
+
+
 def max_error(out: np.ndarray, ref: np.ndarray) -> float:
     """max|out - ref|, or inf when out has the wrong shape or holds NaN/Inf."""
     out = np.asarray(out, dtype=np.float64)
@@ -151,6 +196,17 @@ def rtol(spec: OpSpec, dtype: str, forward: bool) -> float:
     return TOLERANCE[dtype] * spec.tol_scale
 
 
-def allowed_error(ref: np.ndarray, dtype: str, tol: float, floor: np.ndarray | float) -> np.ndarray:
-    """The largest |out - ref| accepted at each element."""
-    return tol * (np.abs(ref) + floor) + SMALLEST_NORMAL[dtype]
+def absolute_allowance(spec: OpSpec, p: Params, inputs: tuple[np.ndarray, ...], dtype: str) -> np.ndarray | float:
+    """What a forward output element may be off by beside its relative tolerance: underflow of
+    intermediates and the operator's conditioning (both in units of the dtype)."""
+    allowance = SMALLEST_NORMAL[dtype] * (spec.underflow(p, *inputs) if spec.underflow else 1.0)
+    if spec.conditioning:
+        allowance = allowance + COND_ULPS * UNIT_ROUNDOFF[dtype] * spec.conditioning(p, *inputs)
+    return allowance
+
+
+def allowed_error(ref: np.ndarray, dtype: str, tol: float, floor: np.ndarray | float,
+                  absolute: np.ndarray | float | None = None) -> np.ndarray:
+    """The largest |out - ref| accepted at each element (absolute: the dtype's smallest normal
+    unless absolute_allowance says more)."""
+    return tol * (np.abs(ref) + floor) + (SMALLEST_NORMAL[dtype] if absolute is None else absolute)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from opbench.cases import dims_label
-from opbench.ops.base import Arg, OpSpec, normal, register, shape_strategy
+from opbench.ops.base import Arg, OpSpec, normal, register, shape_strategy, shifted_rows
 
 EPS = 1e-5  # batch and layer normalisation epsilon, passed explicitly to every framework
 
@@ -34,6 +34,14 @@ def _normalize_vjp(xhat, inv, dxhat, axes):
 
 
 _BN_AXES = (0, 2, 3)
+
+
+def _conditioning(x, gamma, axes, shape):
+    """|gamma| (|x| + |mean|) / sqrt(var + eps): how far a unit of roundoff in x - mean moves
+    the output (see ops.base.COND_ULPS)."""
+    mean = np.abs(x.mean(axis=axes, keepdims=True))
+    inv = 1.0 / np.sqrt(x.var(axis=axes, keepdims=True) + EPS)
+    return np.abs(gamma).reshape(shape) * (np.abs(x) + mean) * inv
 
 
 def _per_channel(v):
@@ -80,6 +88,21 @@ def _affine(r, size):
     return (1 + 0.1 * normal(r, size), 0.1 * normal(r, size))
 
 
+# Edge regimes: means 0, 1 and 3 (a one-pass variance cancels at 3 with std 1e-3: 9 - 9) and
+# standard deviations from 0 (a constant slice) through 1e-4 and 3e-3 (variance below and near
+# EPS) to 2.
+EDGE_MEANS, EDGE_STDS = (0.0, 1.0, 3.0), (0.0, 1e-4, 3e-3, 0.1, 2.0)
+
+
+def _l2_edge(r, p):
+    """Rows whose norms run from 1e-12 to 1e2 over the decades: below and around the epsilons
+    frameworks bound the norm (1e-12) or the sum of squares (1e-12, 1e-10) with."""
+    x = normal(r, p["n"], p["d"])
+    x /= np.sqrt(np.sum(x.astype(np.float64) ** 2, axis=1, keepdims=True)).astype(np.float32)
+    x *= np.logspace(-12, 2, p["n"]).astype(np.float32)[:, None]
+    return (x,)
+
+
 _ROWS = {"quick": ({"n": 256, "d": 1024},), "full": ({"n": 256, "d": 1024}, {"n": 4096, "d": 4096})}
 
 register(
@@ -95,6 +118,8 @@ register(
         label=lambda p: dims_label(p["n"], p["d"]),
         small=lambda: shape_strategy(n=(1, 6), d=(2, 40)),
         fixed={"n": 4, "d": 9},
+        edge=_l2_edge,
+        edge_problem={"n": 15, "d": 16},
         notes="each row divided by its Euclidean norm",
     )
 )
@@ -116,6 +141,10 @@ register(
         label=lambda p: dims_label(p["n"], p["c"], p["h"], p["w"]),
         small=lambda: shape_strategy(n=(2, 4), c=(1, 4), h=(2, 5), w=(2, 5)),
         fixed={"n": 3, "c": 2, "h": 4, "w": 5},
+        edge=lambda r, p: (shifted_rows(r, EDGE_MEANS, EDGE_STDS, p["n"], p["c"], p["h"], p["w"], axis=1),
+                           *_affine(r, p["c"])),
+        edge_problem={"n": 4, "c": 15, "h": 4, "w": 4},
+        conditioning=lambda p, x, gamma, beta: _conditioning(x, gamma, _BN_AXES, (1, -1, 1, 1)),
         tol_scale=5.0,
         extra={"eps": EPS},
         notes="training mode: batch statistics over N, H, W per channel; eps 1e-5; half the channels of variance 1e-2",
@@ -135,6 +164,9 @@ register(
         label=lambda p: dims_label(p["n"], p["d"]),
         small=lambda: shape_strategy(n=(1, 6), d=(2, 40)),
         fixed={"n": 4, "d": 9},
+        edge=lambda r, p: (shifted_rows(r, EDGE_MEANS, EDGE_STDS, p["n"], p["d"]), *_affine(r, p["d"])),
+        edge_problem={"n": 15, "d": 64},
+        conditioning=lambda p, x, gamma, beta: _conditioning(x, gamma, (-1,), (1, -1)),
         tol_scale=5.0,
         extra={"eps": EPS},
         notes="over the last axis; eps 1e-5; every other row of variance 1e-2",

@@ -1,0 +1,54 @@
+"""Every operator that declares edge regimes, in every framework, mode and direction, against the
+NumPy reference on inputs over its whole range: activations out to |x| = 40 (saturated tails),
+softmax with probabilities down to e^-80, rows whose norms run down to 1e-12 and rows and
+channels whose variance is zero, below, near and above the normalisation epsilon. Tolerances
+are the suite's own; a framework that is wrong there fails, unless a known issue says so with
+its evidence, and then it must still be wrong (a fixed framework fails this test until the
+entry goes)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opbench import backends, execute, ops, suite
+from opbench.backends import Unavailable
+from opbench.known_issues import known_issue
+from tests.helpers import edge_case
+
+
+def _items():
+    for name, spec in ops.REGISTRY.items():
+        if spec.edge is None:
+            continue
+        for framework in backends.taking_part("ops"):
+            declared = backends.declared()[framework]
+            for mode in declared.modes:
+                for direction in suite.directions(spec):
+                    yield pytest.param(name, framework, mode, direction, id=f"{name}-{direction}-{framework}-{mode}")
+
+
+def test_every_activation_and_normalisation_has_edge_regimes():
+    families = {spec.family for spec in ops.REGISTRY.values() if spec.edge}
+    missing = [s.name for s in ops.REGISTRY.values() if s.family in ("activation", "normalization") and not s.edge]
+    assert families == {"activation", "normalization"} and not missing
+
+
+@pytest.mark.parametrize("name, framework, mode, direction", list(_items()))
+@settings(max_examples=2)
+@given(seed=st.integers(0, 2**20))
+def test_edge_regimes_match_numpy(name, framework, mode, direction, seed):
+    case = edge_case(name, framework, mode, direction, seed)
+    try:
+        backend = execute.require(case)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    prepared = execute.prepare(case, backend)
+    result = prepared.call()
+    issue = known_issue(case, backend.version())
+    if issue is None:
+        assert prepared.verify(result) >= 0
+    else:
+        with pytest.raises(execute.CorrectnessError):
+            prepared.verify(result)
