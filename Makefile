@@ -14,7 +14,12 @@ BENCH_ARGS ?=
 # `make bench-distributed`, tests/test_distributed.py checks faults); `make test-full` checks everything.
 QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp))"
 
-.PHONY: venv test test-full bench bench-distributed report lint clean
+# The roofline on the host at hand: the largest quick GEMM and the quick conv2d shapes, forward and
+# backward, every installed framework and mode, timed (a few rounds, nothing saved): none may
+# exceed the ceiling derived from this machine's CPU.
+SMOKE := -m "gemm or conv2d" -k "1024x1024x1024 or 16x64x32x32 or 16x128x16x16"
+
+.PHONY: venv test test-full bench bench-distributed roofline-smoke report lint clean
 
 venv: $(STAMP)
 
@@ -31,6 +36,11 @@ test: venv
 	$(BIN)/ruff check src tests benchmarks conftest.py
 	$(PYTEST) tests -q $(QUICK)
 	$(PYTEST) benchmarks --benchmark-disable -q $(QUICK)
+	$(MAKE) roofline-smoke
+
+roofline-smoke: venv
+	$(PYTEST) benchmarks/ops -q -p no:cacheprovider $(SMOKE) --benchmark-min-rounds=3 \
+	  --benchmark-max-time=0.05 --benchmark-warmup-iterations=2 --benchmark-columns=min,median,rounds
 
 test-full:
 	$(MAKE) test QUICK=
