@@ -183,10 +183,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                 grad_floors = [_capped(b, w) for b, w in zip(bounds, want_grads, strict=True)]
             else:
                 grad_floors = [max(1.0, float(np.max(np.abs(w)))) - np.abs(w) for w in want_grads]
-            # a gradient through an ill-conditioned forward (x - mean over a tiny spread) inherits its error
-            cond = float(np.max(spec.conditioning(p, *exact))) if spec.conditioning and want.size else 0.0
-            grad_abs = [ops.SMALLEST_NORMAL[case.dtype] + ops.COND_ULPS * ops.UNIT_ROUNDOFF[case.dtype] * cond
-                        * max(1.0, float(np.max(np.abs(w)))) for w in want_grads]
+            grad_abs = ops.gradient_allowance(spec, p, exact, case.dtype, want_grads)
             argnums = spec.grad_argnums
             run = backend.backward(impl, p, native, argnums, ct_native, case.mode, case.device)
 

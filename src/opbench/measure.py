@@ -160,13 +160,13 @@ def describe(case, backend, ready: Ready, roofline) -> dict[str, Any]:
     """The extra_info every saved result of `case` carries before it is timed: what ran, where,
     its cost, its verification and the device's ceiling (with NumPy's GEMM beside it on a CPU)."""
     p = ready.prepared
-    ceiling = roofline.ceiling(case.device, case.dtype, backend)
     info = {"op" if case.kind == "op" else "model": case.name, "direction": case.direction, "family": case.family,
             "framework": case.framework, "framework_version": backend.version(), "device": case.device,
             "mode": case.mode, "dtype": case.dtype, "shape": case.label, "layout": p.layout, "threads": ready.threads,
             "flops": p.flops, "bytes": p.bytes, "max_abs_err": ready.max_abs_err, "first_call_s": ready.first_call_s,
             **p.extra}
-    if p.flops:
+    if p.flops:  # only what has a FLOP count meets the roofline
+        ceiling = roofline.ceiling(case.device, case.dtype, backend)
         info.update(peak_gflops=ceiling.gflops, peak_derivation=ceiling.derivation,
                     numpy_gemm_gflops=roofline.numpy_gemm() if case.device == "cpu" else None)
     info.update(recorded(ready.injected))

@@ -205,6 +205,16 @@ def absolute_allowance(spec: OpSpec, p: Params, inputs: tuple[np.ndarray, ...], 
     return allowance
 
 
+def gradient_allowance(spec: OpSpec, p: Params, inputs: tuple[np.ndarray, ...], dtype: str,
+                       grads: list[np.ndarray]) -> list[float]:
+    """What each gradient may be off by beside its relative tolerance: a gradient through an
+    ill-conditioned forward (x - mean over a tiny spread) inherits its error, scaled by the
+    largest gradient."""
+    cond = float(np.max(spec.conditioning(p, *inputs))) if spec.conditioning and inputs[0].size else 0.0
+    return [SMALLEST_NORMAL[dtype] + COND_ULPS * UNIT_ROUNDOFF[dtype] * cond * max(1.0, float(np.max(np.abs(g))))
+            for g in grads]
+
+
 def allowed_error(ref: np.ndarray, dtype: str, tol: float, floor: np.ndarray | float,
                   absolute: np.ndarray | float | None = None) -> np.ndarray:
     """The largest |out - ref| accepted at each element (absolute: the dtype's smallest normal
