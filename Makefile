@@ -19,7 +19,7 @@ QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel 
 # exceed the ceiling derived from this machine's CPU.
 SMOKE := -m "gemm or conv2d" -k "1024x1024x1024 or 16x64x32x32 or 16x128x16x16"
 
-.PHONY: venv test test-full bench bench-distributed roofline-smoke report lint clean
+.PHONY: venv test test-full bench bench-distributed roofline-smoke docs report lint clean
 
 venv: $(STAMP)
 
@@ -29,14 +29,15 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[all,dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[all,dev,docs]"
 	touch $(STAMP)
 
 test: venv
-	$(BIN)/ruff check src tests benchmarks conftest.py
+	$(BIN)/ruff check src tests benchmarks studies conftest.py
 	$(PYTEST) tests -q $(QUICK)
 	$(PYTEST) benchmarks --benchmark-disable -q $(QUICK)
 	$(MAKE) roofline-smoke
+	$(MAKE) docs
 
 roofline-smoke: venv
 	$(PYTEST) benchmarks/ops -q -p no:cacheprovider $(SMOKE) --benchmark-min-rounds=3 \
@@ -57,11 +58,18 @@ bench-distributed: venv
 	  --benchmark-group-by=group --benchmark-sort=name \
 	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
 
+# The documentation, strictly: a warning fails the build (-W), including a link to a missing page
+# or anchor and a page in no table of contents (-n: every reference must resolve).
+DOCS ?= docs
+DOCS_OUT ?= $(DOCS)/_build/html
+docs: venv
+	$(BIN)/sphinx-build -W --keep-going -n -q -b html $(DOCS) $(DOCS_OUT)
+
 report: venv
 	$(BIN)/opbench report
 
 lint: venv
-	$(BIN)/ruff check src tests benchmarks conftest.py
+	$(BIN)/ruff check src tests benchmarks studies conftest.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build

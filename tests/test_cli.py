@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from opbench import cli
-from opbench.results import upgrade
+from opbench.gate import envs
+from opbench.gate import process as upgrade
 from opbench.results.compare import compare, environment_diff
 from opbench.results.store import load_run
 
@@ -200,7 +201,7 @@ def test_upgrade_check_runs_abba_and_compares(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, stdout=str(tmp_path / "site"), stderr="")
 
     (tmp_path / "site").mkdir()
-    monkeypatch.setattr(upgrade.venv.EnvBuilder, "create", lambda self, folder: None)
+    monkeypatch.setattr(envs.venv.EnvBuilder, "create", lambda self, folder: None)
     monkeypatch.setattr(upgrade.subprocess, "run", fake_runner)
     code = cli.main(["upgrade-check", "--baseline", "torch==2.13.0", "--candidate", "torch==2.14.1",
                      "--design", "process", "--runs", "3",

@@ -171,7 +171,7 @@ def test_each_engine_gets_its_launchers_variables():
 def _dist_bench(framework: str, mode: str, workers: int, median: float) -> dict:
     case = DistCase(framework, "cpu", *mode.split("-"), workers, "float32", "mlp", 128, "strong")
     return bench(f"test_data_parallel[{case.id}]", median, group=case.group, framework=framework, mode=mode,
-                 flops=None, model="mlp", direction="training", shape=case.shape, workers=workers,
+                 flops=None, model="mlp", direction="training", shape=case.label, workers=workers,
                  scaling="strong", global_batch=128, communication_share=0.25 if workers > 1 else 0.0)
 
 

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
-from opbench import inject
+import pytest
+
+from opbench.testing import inject
+
+BENCH = """
+import pytest
+from opbench.measure import measure
+
+@pytest.mark.opbench(op="relu")
+def test_relu(op_case, benchmark):
+    measure(benchmark, op_case)
+"""
 
 
 def work(turns: int = 20_000):
@@ -100,3 +112,16 @@ def test_the_slowdown_wraps_the_call_and_is_recorded(monkeypatch):
     extra = inject.recorded(injection)
     assert extra["injected_slowdown"] == 0.5 and extra["injected_model"] in ("scaled", "loop")
     assert isinstance(extra["injected_measured"], float)
+
+
+@pytest.mark.parametrize("loaded", [True, False])
+def test_only_the_study_plugin_injects(pytester: pytest.Pytester, monkeypatch, loaded):
+    monkeypatch.setenv(inject.ENV, "0.2")
+    pytester.makepyfile(test_bench=BENCH)
+    out = pytester.path / "run.json"
+    plugin = ["-p", inject.PLUGIN] if loaded else []
+    result = pytester.runpytest_subprocess(*plugin, "--framework", "numpy", "--benchmark-max-time=0.01",
+                                           f"--benchmark-json={out}", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    (bench,) = json.loads(out.read_text())["benchmarks"]
+    assert ("injected_slowdown" in bench["extra_info"]) is loaded

@@ -22,6 +22,7 @@ from opbench.measure import (
 )
 from opbench.plugin import Bound, State
 from opbench.roofline import check
+from opbench.testing import inject
 
 NumpyBackend = type(backends.load("numpy"))
 
@@ -98,9 +99,9 @@ def test_roofline_guard_fires_on_impossible_speed():
 def test_the_guard_derives_its_ceiling_from_the_hardware_not_from_numpy(monkeypatch):
     """Without --peak-gflops the ceiling is the derived one, whatever NumPy's GEMM reaches: NumPy
     is measured for the report (numpy_gemm_gflops), never to fail a result."""
-    from opbench import roofline
+    from opbench import session
 
-    monkeypatch.setattr(roofline, "numpy_gemm_gflops", lambda threads: 1.0)  # a NumPy far slower than the call
+    monkeypatch.setattr(session, "numpy_gemm_gflops", lambda threads: 1.0)  # a NumPy far slower than the call
     bench = FakeBenchmark(seconds=1e-5)  # 52 GFLOP/s: below any derived ceiling
     state = State(Settings(threads=(2,)))
     measure(bench, Bound(gemm_case(), NumpyBackend(), state))
@@ -157,9 +158,18 @@ def _synchronised_seconds(prepared) -> float:
     return time.perf_counter() - start
 
 
-def test_injected_slowdown_is_recorded(monkeypatch):
-    monkeypatch.setenv("OPBENCH_INJECT_SLOWDOWN", "0.5")
+def test_a_study_aid_of_the_session_wraps_the_call_and_is_recorded(monkeypatch):
+    monkeypatch.setenv(inject.ENV, "0.5")
+    case = bound(NumpyBackend())
+    case.state.wrappers.append(inject.wrap)
     bench = FakeBenchmark(seconds=1e-3)
-    measure(bench, bound(NumpyBackend()))
+    measure(bench, case)
     assert bench.extra_info["injected_slowdown"] == 0.5
     assert "injected_measured" in bench.extra_info
+
+
+def test_the_measuring_path_injects_nothing_by_itself(monkeypatch):
+    monkeypatch.setenv(inject.ENV, "0.5")  # without the study plugin the variable means nothing
+    bench = FakeBenchmark(seconds=1e-3)
+    measure(bench, bound(NumpyBackend()))
+    assert not any(key.startswith("injected") for key in bench.extra_info)

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opbench.results import paired_results
-from opbench.results import paired_stats as ps
-from opbench.results.pairs import PairedGate, Plan, Record, Side
+from opbench.gate import paired_results
+from opbench.gate import paired_stats as ps
+from opbench.gate.pairs import PairedGate, Plan, Record, Side
+from opbench.processes import WorkerDied, WorkerHung, WorkerProcess
 from opbench.results.stats import Rule, verdict
-from opbench.workers import WorkerDied, WorkerHung, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = (Side("baseline", sys.executable, dict(os.environ)), Side("candidate", sys.executable, dict(os.environ)))
@@ -398,7 +398,7 @@ def test_a_dying_worker_reports_its_last_words(tmp_path):
 
 
 def test_the_real_worker_answers_the_protocol(tmp_path):
-    w = WorkerProcess("baseline", [sys.executable, "-m", "opbench.results.worker"], dict(os.environ),
+    w = WorkerProcess("baseline", [sys.executable, "-m", "opbench.gate.worker"], dict(os.environ),
                       tmp_path / "w.log")
     try:
         ids = w.ask({"cmd": "collect", "args": [str(ROOT / "benchmarks/ops/test_activations.py"), "-m",
@@ -421,7 +421,7 @@ def test_a_released_benchmark_is_collected_and_the_survivors_frozen():
     import gc
     import weakref
 
-    from opbench.results.worker import Worker
+    from opbench.gate.worker import Worker
 
     class Node:
         pass
@@ -451,7 +451,7 @@ def test_a_released_benchmark_is_collected_and_the_survivors_frozen():
     (["--baseline-python", sys.executable, "--candidate-python", sys.executable, "--candidate-env", "X", "--", "b"],
      "argument --candidate-env: expected NAME=VALUE, got 'X'"),
     (["--baseline-python", sys.executable, "--candidate-python", sys.executable, "--false-alarm", "100", "--", "b"],
-     "argument --false-alarm: expected a percentage between 0 and 100"),
+     "argument --false-alarm: expected a number between 0 and 100 (both excluded), got '100'"),
     (["--baseline-python", sys.executable, "--candidate-python", sys.executable, "--pairs", "3", "--max-pairs", "5",
       "--", "b"], "--pairs 3 --max-pairs 5: a 97% interval over worker pairs needs at least 7 pairs"),
 ])

@@ -13,16 +13,16 @@ import pytest
 from opbench import backends, config, execute, ops, suite
 from opbench.backends import Unavailable
 from opbench.cases import Case
+from opbench.models import catalogue
 from tests.helpers import load_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 DECLARED = backends.declared()
 
 
 def test_every_backend_module_is_a_declared_framework():
     modules = {p.stem for p in (ROOT / "src/opbench/backends").glob("*.py")
-               if p.stem not in ("__init__", "base") and not p.stem.endswith("_models")}
+               if p.stem not in ("__init__", "base") and not p.stem.startswith("_") and not p.stem.endswith("_models")}
     assert set(DECLARED) == modules
     assert config.FRAMEWORKS == tuple(DECLARED) and config.FRAMEWORKS[0] == "numpy"
     assert set(config.MODES) == {m for f in DECLARED.values() for m in f.modes}
@@ -129,40 +129,50 @@ def test_gemm_nt(op_case, benchmark):
     result.assert_outcomes(passed=1)
 
 
-# --- the README agrees with the registries ---------------------------------------------------
+# --- the documentation's reference pages agree with the registries ---------------------------
+
+DOCS = ROOT / "docs"
+
+
+def _page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
 
 
 def _backticked(text: str) -> set[str]:
     return set(re.findall(r"`([a-z0-9_]+)`", text))
 
 
-def test_readme_options_table_lists_the_frameworks_and_modes():
-    framework_row = next(line for line in README.splitlines() if line.startswith("| `--framework`"))
-    mode_row = next(line for line in README.splitlines() if line.startswith("| `--mode`"))
+def test_the_options_table_lists_every_option_framework_and_mode():
+    rows = [line for line in _page("usage/running.md").splitlines() if line.startswith("| `--")]
+    flags = [re.match(r"\| `(--[a-z-]+)`", line).group(1) for line in rows]
+    assert flags == [opt.flag for opt in config.OPTIONS]
+    assert all(f"`{opt.env}`" in row for opt, row in zip(config.OPTIONS, rows, strict=True))
+    framework_row = next(line for line in rows if line.startswith("| `--framework`"))
+    mode_row = next(line for line in rows if line.startswith("| `--mode`"))
     assert f"`{','.join(config.FRAMEWORKS)}`" in framework_row
     assert f"`{','.join(config.MODES)}`" in mode_row
 
 
-def test_readme_markers_list_every_framework_mode_family_and_operator():
-    listed = _backticked(README.split("### Test ids, groups and markers")[1].split("###")[0])
+def test_the_markers_page_lists_every_framework_mode_family_operator_and_model():
+    listed = _backticked(_page("usage/ids-markers.md").split("## Markers")[1])
     assert set(config.FRAMEWORKS) <= listed and set(config.MODES) <= listed
     assert set(ops.FAMILIES) <= listed and set(ops.REGISTRY) <= listed
+    assert set(catalogue.MODELS) <= listed
 
 
-def test_readme_execution_modes_table_has_one_row_per_declared_mode():
-    section = README.split("### Execution modes")[1].split("\n\n")[1]
-    rows = {tuple(cell.strip(" `") for cell in line.strip("|").split("|")[:2])
-            for line in section.splitlines()[2:]}
+def test_the_execution_modes_table_has_one_row_per_declared_mode():
+    section = _page("usage/modes.md").split("\n\n")[1:]
+    table = next(block for block in section if block.startswith("| framework"))
+    rows = {tuple(cell.strip(" `") for cell in line.strip("|").split("|")[:2]) for line in table.splitlines()[2:]}
     assert rows == {(f.title, m) for f in DECLARED.values() for m in f.modes}
 
 
-def test_readme_layout_names_every_module_and_only_existing_ones():
-    block = README.split("## Layout")[1].split("```")[1]
+def test_the_layout_page_names_every_module_and_only_existing_ones():
+    block = _page("contributing/layout.md").split("```")[1]
     named = set(re.findall(r"([a-z0-9_]+\.py)\b", block))
     package = ROOT / "src/opbench"
-    modules = {p.name for folder in (package, package / "results", package / "backends", package / "distributed")
-               for p in folder.glob("*.py") if p.name != "__init__.py"}
-    modules |= {p.name for p in package.glob("models/*.py") if p.name != "__init__.py"}
-    assert modules <= named, f"not in the README's layout: {sorted(modules - named)}"
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} | {"mutants.py", "test_mutants.py", "__init__.py"}
-    assert named <= modules | scripts, f"in the layout but not in the tree: {sorted(named - modules - scripts)}"
+    modules = {p.name for p in package.rglob("*.py") if p.name != "__init__.py"}
+    assert modules <= named, f"not in the layout page: {sorted(modules - named)}"
+    scripts = {p.name for p in (ROOT / "studies").glob("*.py")}
+    scripts |= {"mutants.py", "test_mutants.py", "test_layering.py", "__init__.py"}
+    assert named <= modules | scripts, f"in the layout page but not in the tree: {sorted(named - modules - scripts)}"

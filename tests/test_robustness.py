@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from opbench import cli
-from opbench.results import upgrade
-from opbench.results.store import load_run, write_json_atomic, write_text_atomic
+from opbench.files import write_json_atomic, write_text_atomic
+from opbench.gate import envs
+from opbench.gate import process as upgrade
+from opbench.results.store import load_run
 
 from .helpers import bench, document, gemm_runs, write
 
@@ -112,7 +114,7 @@ def test_reused_workdir_never_feeds_stale_results(tmp_path, monkeypatch, capsys)
     def failing_pytest(cmd, **kw):  # every pytest run fails and saves nothing
         return subprocess.CompletedProcess(cmd, 1 if "pytest" in cmd else 0, stdout=str(work / "site"), stderr="")
 
-    monkeypatch.setattr(upgrade.venv.EnvBuilder, "create", lambda self, folder: None)
+    monkeypatch.setattr(envs.venv.EnvBuilder, "create", lambda self, folder: None)
     monkeypatch.setattr(upgrade.subprocess, "run", failing_pytest)
     code = cli.main(["upgrade-check", "--candidate", "torch==2.14.1", "--design", "process", "--runs", "3",
                      "--workdir", str(work),
@@ -302,9 +304,9 @@ def test_benchmark_json_into_a_folder_is_refused_up_front(pytester):
 
 
 @pytest.mark.parametrize("args, env, message", [
-    (["--roofline-slack", "nan"], {}, "--roofline-slack must be a finite number greater than 1"),
-    (["--roofline-slack", "0.5"], {}, "--roofline-slack must be a finite number greater than 1"),
-    ([], {"OPBENCH_PEAK_GFLOPS": "-5"}, "--peak-gflops (from OPBENCH_PEAK_GFLOPS) must be"),
+    (["--roofline-slack", "nan"], {}, "--roofline-slack: expected a finite number, got 'nan'"),
+    (["--roofline-slack", "0.5"], {}, "--roofline-slack: expected a number above 1, got '0.5'"),
+    ([], {"OPBENCH_PEAK_GFLOPS": "-5"}, "--peak-gflops (from OPBENCH_PEAK_GFLOPS): expected a number above 0"),
     (["--threads", "100000"], {}, "--threads takes counts from 1 to"),
 ])
 def test_numeric_settings_are_range_checked(pytester, monkeypatch, args, env, message):

@@ -159,9 +159,9 @@ def test_the_guard_message_carries_the_derivation_and_fast_algorithms_get_their_
 
 
 def test_a_given_peak_overrides_and_numpy_never_sets_the_ceiling(monkeypatch):
-    from opbench import roofline
+    from opbench import session
 
-    monkeypatch.setattr(roofline, "numpy_gemm_gflops", lambda threads: pytest.fail("a ceiling measured NumPy"))
+    monkeypatch.setattr(session, "numpy_gemm_gflops", lambda threads: pytest.fail("a ceiling measured NumPy"))
     derived = Roofline(None, 1.5, 2, cpu=facts(XEON_SPR))
     assert derived.ceiling("cpu", "float32").gflops == pytest.approx(448.0)
     assert derived.derived(("cpu",), ("float32",))["cpu"]["float32"]["gflops"] == pytest.approx(448.0)

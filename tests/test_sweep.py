@@ -8,7 +8,7 @@ import os
 import pytest
 
 from opbench import sweep
-from opbench.results.store import write_json_atomic
+from opbench.files import write_json_atomic
 
 
 def test_child_args_replace_saving_and_threads():

@@ -1,4 +1,5 @@
-"""opbench: operator and end-to-end benchmarks of TensorFlow, MXNet and PyTorch, with NumPy as
-the reference, on pytest-benchmark. Importing this package imports no framework."""
+"""opbench: operator and end-to-end benchmarks of TensorFlow, MXNet, PyTorch and JAX, with NumPy
+as the reference, on pytest-benchmark, and a gate for framework upgrades. Importing this package
+imports no framework."""
 
 __version__ = "0.1.0"

@@ -5,9 +5,8 @@ the next call that allocates the same output faults its pages in again; where th
 the heap top sit depends on what the process allocated before. `steady` turns glibc's mmap path
 off and never trims the heap, so after the warm-up every framework reuses memory the way a
 long-running service does. It is a choice of what to measure, recorded in machine_info, not a
-default: on this machine it made a few allocation-heavy operators up to 26% faster (torch
-avgpool2d), and whether it also steadies the between-process spread could not be shown here
-(README, "--malloc").
+default: it makes allocation-heavy operators faster, and whether it also steadies the
+between-process spread has not been shown.
 """
 
 from __future__ import annotations

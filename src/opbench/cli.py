@@ -1,4 +1,7 @@
-"""The `opbench` command: report, compare and upgrade-check over saved pytest-benchmark runs.
+"""The `opbench` command: report and compare saved runs, and gate framework upgrades.
+
+report and compare read saved pytest-benchmark runs (opbench.results); upgrade-check and ab run
+two environments and judge them (opbench.gate). This module parses arguments and dispatches.
 
 Exit codes: 0 clean, 1 regression or missing benchmark, 2 usage or input error (one line on
 stderr, never a traceback).
@@ -7,18 +10,19 @@ stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
 import tempfile
 from pathlib import Path
 
+from opbench.config import ConfigError, parse_count, parse_number
+from opbench.files import NotWritable, writable_file, writable_folder
+from opbench.gate.process import DEFAULT_RUNS
+from opbench.processes import WorkerFailure
 from opbench.results.compare import STATISTICS
 from opbench.results.stats import CONFIDENCE
 from opbench.results.store import DEFAULT_STORAGE, ResultsError, resolve
-from opbench.results.upgrade import DEFAULT_RUNS
-from opbench.workers import WorkerFailure
 
 USAGE_ERROR = 2
 
@@ -34,26 +38,6 @@ def _rules(args) -> tuple:
 
     default = Rule(margin=args.margin / 100, threshold=args.threshold / 100)
     return default, [parse_rule(r) for r in args.rule]
-
-
-def writable_folder(path: Path, option: str) -> None:
-    """Check up front, before any long work, that `path` is (or can become) a writable folder."""
-    if path.exists() and not path.is_dir():
-        raise ResultsError(f"{option} {path}: is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=path).close()
-    except OSError as exc:
-        raise ResultsError(f"{option} {path}: cannot write there ({exc.strerror or exc})") from None
-
-
-def writable_file(path: Path, option: str) -> None:
-    """Check up front that a file can be written at `path` (its folder writable, itself not a folder)."""
-    if path.is_dir():
-        raise ResultsError(f"{option} {path}: is a folder, not a file")
-    writable_folder(path.parent, option)
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ResultsError(f"{option} {path}: the file is not writable")
 
 
 def cmd_report(args) -> int:
@@ -101,17 +85,17 @@ def _workdir(args) -> Path:
 
 
 def cmd_upgrade_check(args) -> int:
-    from opbench.results import upgrade
+    from opbench.gate import envs, process
     from opbench.results.store import load_run
 
     if args.design == "paired" and args.runs is not None:
         raise ResultsError("--runs counts the process design's runs: add --design process, or leave it out")
     workdir = _workdir(args)
     if args.design == "paired":
-        pythons = upgrade.make_envs(args.baseline, args.candidate, workdir)
+        pythons = envs.make_envs(args.baseline, args.candidate, workdir)
         return _paired(pythons, ({}, {}), args, workdir)
     runs = args.runs or DEFAULT_RUNS
-    base_files, cand_files = upgrade.run_gate(args.baseline, args.candidate, args.pytest_args, runs, workdir)
+    base_files, cand_files = process.run_gate(args.baseline, args.candidate, args.pytest_args, runs, workdir)
     print(f"results in {base_files[0].parent}")
     return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
 
@@ -127,29 +111,16 @@ def cmd_ab(args) -> int:
 
 def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) -> int:
     """Run the paired gate between two interpreters and print the comparison (exit 0/1)."""
-    from opbench.results import paired_results, upgrade
-    from opbench.results import paired_stats as ps
+    from opbench.gate import paired
+    from opbench.gate.pairs import Plan
     from opbench.results.compare import format_text, rule_for
-    from opbench.results.pairs import SIDES, PairedGate, Plan, Side
 
-    if not args.pytest_args:
-        raise ResultsError("give the benchmarks to compare after '--', e.g. -- benchmarks/ops -m 'torch and gemm'")
     default, rules = _rules(args)
-    needed = ps.min_pairs(args.confidence / 100)
-    if max(args.pairs, args.max_pairs) < needed:
-        raise ResultsError(f"--pairs {args.pairs} --max-pairs {args.max_pairs}: a {args.confidence:g}% interval "
-                           f"over worker pairs needs at least {needed} pairs")
     plan = Plan(trials=args.trials, min_pairs=args.pairs, max_pairs=max(args.pairs, args.max_pairs),
                 budget_s=None if args.budget is None else 60 * args.budget, timeout_s=args.timeout,
                 confidence=args.confidence / 100, family_alpha=args.false_alarm / 100, seed=args.seed)
-    base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    sides = tuple(Side(name, python, {**base_env, **env}) for name, python, env in zip(SIDES, pythons, envs,
-                                                                                       strict=True))
-    folder = upgrade.fresh_folder(workdir)
-    gate = PairedGate(sides, args.pytest_args, folder, plan, lambda name: rule_for(name, rules, default))
-    gate.run()
-    paired_results.save(gate, folder)
-    result = paired_results.comparison(gate)
+    result, folder = paired.run(pythons, envs, args.pytest_args, plan, lambda name: rule_for(name, rules, default),
+                                workdir)
     result.fail_on_noisy = args.fail_on_noisy
     print(format_text(result, markdown=args.markdown))
     print(f"results in {folder}")
@@ -157,7 +128,7 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
 
 
 def _paired_options(p: argparse.ArgumentParser) -> None:
-    from opbench.results.pairs import Plan
+    from opbench.gate.pairs import Plan
 
     p.add_argument("--budget", type=_positive, metavar="MINUTES",
                    help="time for both stages: undecided benchmarks get more worker pairs while the rest "
@@ -191,35 +162,22 @@ def _gate_options(p: argparse.ArgumentParser) -> None:
                    help="a benchmark the data could not decide (noisy) fails the gate (exit 1) too")
 
 
-def _number(text: str) -> float:
-    try:
-        value = float(text.rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+def _checked(parse, **bounds):
+    """An argparse `type` from one of config's validators: its one-line message, argparse's exit 2."""
+
+    def convert(text: str):
+        try:
+            return parse(text, **bounds)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
-def _non_negative(text: str) -> float:
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a percentage of 0 or more, got {text!r}")
-    return value
-
-
-def _percent(text: str) -> float:
-    value = _number(text)
-    if not 0 < value < 100:
-        raise argparse.ArgumentTypeError(f"expected a percentage between 0 and 100 (both excluded), got {text!r}")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
-    return value
+_non_negative = _checked(parse_number, at_least=0)
+_percent = _checked(parse_number, above=0, below=100)
+_positive = _checked(parse_number, above=0)
+_at_least_one = _checked(parse_count, at_least=1)
 
 
 def _assignment(text: str) -> tuple[str, str]:
@@ -227,16 +185,6 @@ def _assignment(text: str) -> tuple[str, str]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     return name, value
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {text!r}")
-    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -266,7 +214,7 @@ def parser() -> argparse.ArgumentParser:
                     help=f"--design process: runs per side, alternating A B B A (default {DEFAULT_RUNS})")
     up.add_argument("--design", choices=("process", "paired"), default="paired",
                     help="paired: interleaved trials between two live workers; process: K whole runs per side, "
-                         "ABBA (default %(default)s: the README's measurements)")
+                         "ABBA (default %(default)s: docs/explanation/paired-gate.md has the measurements)")
     up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
     up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
     _gate_options(up)
@@ -303,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.func(args)
-    except (ResultsError, WorkerFailure) as exc:
+    except (ResultsError, WorkerFailure, NotWritable) as exc:
         print(f"opbench: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

@@ -78,19 +78,38 @@ def parse_threads(value: str, what: str = "--threads") -> tuple[int, ...]:
     return counts
 
 
-def parse_number(value: str, what: str, above: float = 0.0) -> float:
-    """A finite number greater than `above` (NaN, infinities and out-of-range values refused)."""
+def _refuse(what: str, message: str) -> ConfigError:
+    return ConfigError(f"{what}: {message}" if what else message)
+
+
+def parse_number(value: str, what: str = "", *, above: float | None = None, below: float | None = None,
+                 at_least: float | None = None) -> float:
+    """A finite number within the bounds given (a trailing % is allowed: options in percent).
+    NaN, infinities and values out of range are refused with one line naming `what`."""
     try:
-        number = float(value)
+        number = float(value.strip().removesuffix("%"))
     except ValueError:
-        raise ConfigError(f"{what} takes a number, got {value!r}") from None
-    if not math.isfinite(number) or number <= above:
-        raise ConfigError(f"{what} must be a finite number greater than {above:g}, got {value!r}")
+        raise _refuse(what, f"expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise _refuse(what, f"expected a finite number, got {value!r}")
+    if above is not None and below is not None and not above < number < below:
+        raise _refuse(what, f"expected a number between {above:g} and {below:g} (both excluded), got {value!r}")
+    if above is not None and number <= above:
+        raise _refuse(what, f"expected a number above {above:g}, got {value!r}")
+    if at_least is not None and number < at_least:
+        raise _refuse(what, f"expected a number of {at_least:g} or more, got {value!r}")
     return number
 
 
-def parse_positive(value: str, what: str) -> float:
-    return parse_number(value, what, 0.0)
+def parse_count(value: str, what: str = "", at_least: int = 1) -> int:
+    """A whole number of at least `at_least`."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise _refuse(what, f"expected a whole number, got {value!r}") from None
+    if count < at_least:
+        raise _refuse(what, f"expected at least {at_least}, got {value!r}")
+    return count
 
 
 @dataclass(frozen=True)
@@ -176,10 +195,10 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         dtypes=parse_names(values["dtype"], DTYPES, "dtype"),
         profile=parse_one(values["profile"], PROFILES, "profile"),
         # "measure" (NumPy's GEMM, before the ceiling was derived) is read as "derive"
-        peak_gflops=None if peak in ("derive", "measure") else parse_positive(peak, sources["peak_gflops"]),
-        roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1.0),
+        peak_gflops=None if peak in ("derive", "measure") else parse_number(peak, sources["peak_gflops"], above=0),
+        roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1),
         data_dir=values["data_dir"],
         malloc=parse_one(values["malloc"], MALLOC_MODES, "malloc"),
         workers=parse_threads(values["workers"], sources["workers"]),
-        dist_timeout=parse_positive(values["dist_timeout"], sources["dist_timeout"]),
+        dist_timeout=parse_number(values["dist_timeout"], sources["dist_timeout"], above=0),
     )

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.backends.base import Backend
-from opbench.inject import Injection, inject_slowdown, recorded
+from opbench.messages import one_line
 from opbench.roofline import Implausible
+from opbench.session import Session
 
-__all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "measure", "pin_threads", "setup"]
+__all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "identity", "measure", "pin_threads",
+           "setup"]
 
 NOISY_IQR = 0.10  # IQR / median above this draws a warning
 
@@ -129,14 +131,15 @@ class Ready:
     threads: int
     first_call_s: float
     max_abs_err: float
-    injected: Injection | None
+    aids: dict[str, Any]  # extra_info of the study aids that wrapped the call (none in a normal run)
 
 
-def setup(case, backend, state) -> Ready:
+def setup(case, backend, state: Session) -> Ready:
     """Everything before timing, shared by the pytest plugin and the paired gate's workers: pin
-    threads, build, run once (first-call latency), verify against NumPy, apply the test-only
-    slowdown. Raises CorrectnessError on a wrong result; pytest outcomes for data errors and for
-    16-bit cases a framework cannot run."""
+    threads, build, run once (first-call latency), verify against NumPy, then let the session's
+    study aids (only ever registered by opbench.testing) wrap the verified call. Raises
+    CorrectnessError on a wrong result; pytest outcomes for data errors and for 16-bit cases a
+    framework cannot run."""
     import pytest
 
     from opbench.models.datasets import DataError
@@ -151,25 +154,35 @@ def setup(case, backend, state) -> Ready:
         if case.dtype == "float32":
             raise
         pytest.skip(f"{case.framework} cannot run {case.name} in {case.dtype} on the {case.device}: "
-                    f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}")
+                    f"{one_line(exc, limit=200)}")
     max_err = prepared.verify(result)
-    return Ready(prepared, threads, first_s, max_err, inject_slowdown(prepared))
+    aids: dict[str, Any] = {}
+    for wrap in state.wrappers:
+        aids.update(wrap(prepared))
+    return Ready(prepared, threads, first_s, max_err, aids)
 
 
-def describe(case, backend, ready: Ready, roofline) -> dict[str, Any]:
+def identity(case, backend, threads: int, max_abs_err: float) -> dict[str, Any]:
+    """The extra_info keys every saved result carries, whoever measured it (the plugin, the paired
+    gate's workers, the distributed benchmarks): what ran, in which framework and version, where,
+    how, and how far its result was from NumPy's."""
+    return {"op" if case.kind == "op" else "model": case.name, "direction": case.direction, "family": case.family,
+            "framework": case.framework, "framework_version": backend.version(), "device": case.device,
+            "mode": case.mode, "dtype": case.dtype, "shape": case.label, "threads": threads,
+            "max_abs_err": max_abs_err}
+
+
+def describe(case, backend, ready: Ready, session: Session) -> dict[str, Any]:
     """The extra_info every saved result of `case` carries before it is timed: what ran, where,
     its cost, its verification and the device's ceiling (with NumPy's GEMM beside it on a CPU)."""
     p = ready.prepared
-    info = {"op" if case.kind == "op" else "model": case.name, "direction": case.direction, "family": case.family,
-            "framework": case.framework, "framework_version": backend.version(), "device": case.device,
-            "mode": case.mode, "dtype": case.dtype, "shape": case.label, "layout": p.layout, "threads": ready.threads,
-            "flops": p.flops, "bytes": p.bytes, "max_abs_err": ready.max_abs_err, "first_call_s": ready.first_call_s,
-            **p.extra}
+    info = {**identity(case, backend, ready.threads, ready.max_abs_err), "layout": p.layout, "flops": p.flops,
+            "bytes": p.bytes, "first_call_s": ready.first_call_s, **p.extra}
     if p.flops:  # only what has a FLOP count meets the roofline
-        ceiling = roofline.ceiling(case.device, case.dtype, backend)
+        ceiling = session.roofline.ceiling(case.device, case.dtype, backend)
         info.update(peak_gflops=ceiling.gflops, peak_derivation=ceiling.derivation,
-                    numpy_gemm_gflops=roofline.numpy_gemm() if case.device == "cpu" else None)
-    info.update(recorded(ready.injected))
+                    numpy_gemm_gflops=session.numpy_gemm() if case.device == "cpu" else None)
+    info.update(ready.aids)
     return info
 
 
@@ -179,7 +192,7 @@ def measure(benchmark, bound) -> None:
     case, backend, state = bound.case, bound.backend, bound.state
     ready = setup(case, backend, state)
     benchmark.group = case.group
-    benchmark.extra_info.update(describe(case, backend, ready, state.roofline))
+    benchmark.extra_info.update(describe(case, backend, ready, state))
     try:
         _time_and_check(benchmark, case, ready.prepared, state)
     except BaseException:

@@ -19,7 +19,7 @@ from opbench.config import ConfigError, Settings
 from opbench.distributed.cases import dist_cases
 from opbench.distributed.engines import ENGINES
 from opbench.models import catalogue
-from opbench.roofline import Roofline
+from opbench.session import Session
 
 STATE = pytest.StashKey["State"]()
 DIRECTIONS = ("forward", "backward", "inference", "training")
@@ -46,22 +46,11 @@ class RunStatus:
 
 
 @dataclass
-class State:
-    """What one pytest session knows: its settings, roofline and how its run is going."""
+class State(Session):
+    """A pytest session's measuring Session and how its run is going."""
 
-    settings: Settings
-    malloc: str = "default"
     run: RunStatus = field(default_factory=RunStatus)
     active: bool = False  # opbench benchmarks were collected in this session
-    roofline: Roofline = field(init=False)
-
-    def __post_init__(self) -> None:
-        s = self.settings
-        self.roofline = Roofline(s.peak_gflops, s.roofline_slack, self.threads)
-
-    @property
-    def threads(self) -> int:
-        return self.settings.threads[0]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -129,18 +118,17 @@ def pytest_configure(config: pytest.Config) -> None:
 def _check_json_target(config: pytest.Config) -> None:
     """--benchmark-json is written at the very end: refuse a folder or an unwritable place now,
     before anything is measured, rather than lose the whole run then."""
-    import os
     from pathlib import Path
+
+    from opbench.files import NotWritable, writable_file
 
     target = getattr(config.option, "benchmark_json", None)
     if not target:
         return
-    target = Path(target)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise pytest.UsageError(f"--benchmark-json {target}: is a folder, not a file")
-    if not folder.is_dir() or not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise pytest.UsageError(f"--benchmark-json {target}: cannot write there")
+    try:
+        writable_file(Path(target), "--benchmark-json", create_folder=False)
+    except NotWritable as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _warmup_on_by_default(config: pytest.Config) -> None:

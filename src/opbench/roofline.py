@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -267,25 +266,6 @@ def check(flops: float | None, seconds: float, ceiling: Ceiling | None, slack: f
     return gflops
 
 
-def numpy_gemm_gflops(threads: int, size: int = 1024, repeats: int = 7) -> float:
-    """The best fp32 GEMM GFLOP/s NumPy's BLAS reaches here: a reference reported beside results,
-    never a ceiling (it measures one library's kernels, not the machine)."""
-    import numpy as np
-
-    from opbench.backends import load
-
-    load("numpy").set_threads(threads)
-    r = np.random.default_rng(0)
-    a, b = r.standard_normal((size, size), dtype=np.float32), r.standard_normal((size, size), dtype=np.float32)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
-
-
 class Roofline:
     """One session's ceilings: --peak-gflops where given, else derived once per device and
     dtype; the GPU's facts come from the first framework that runs there."""
@@ -296,7 +276,6 @@ class Roofline:
         self._cpu = cpu
         self._gpu: GpuFacts | None = None
         self._ceilings: dict[tuple[str, str], Ceiling] = {}
-        self._numpy: float | None = None
 
     def cpu(self) -> CpuFacts:
         if self._cpu is None:
@@ -319,12 +298,6 @@ class Roofline:
     def check(self, flops: float | None, seconds: float, device: str, dtype: str, backend: Any = None,
               gain: float = 1.0) -> float | None:
         return check(flops, seconds, self.ceiling(device, dtype, backend), self.slack, gain)
-
-    def numpy_gemm(self) -> float:
-        """NumPy's fp32 GEMM GFLOP/s here, measured once per session (CPU results report it)."""
-        if self._numpy is None:
-            self._numpy = numpy_gemm_gflops(self.threads)
-        return self._numpy
 
     def derived(self, devices: tuple[str, ...], dtypes: tuple[str, ...]) -> dict[str, Any]:
         """The CPU ceilings for machine_info (same on every run of an unchanged host; a GPU's

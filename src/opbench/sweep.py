@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from opbench.results.store import write_json_atomic
+from opbench.files import write_json_atomic
 
 CHILD = "OPBENCH_SWEEP_CHILD"
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED

@@ -1,6 +1,7 @@
 """Finding and loading framework backends without importing any framework up front.
 
-Every module of this package other than `base` and the `*_models` builders is one backend, and
+Every module of this package other than `base`, the `*_models` builders and private helpers
+(`_name`) is one backend, and
 declares its framework as `FRAMEWORK = Framework(...)`. `declared()` reads those declarations
 from the modules' source (nothing is imported), so that adding a framework is adding its module;
 `installed(name)` asks importlib where the package would come from; `load(name)` imports the
@@ -19,6 +20,7 @@ import threading
 from pathlib import Path
 
 from opbench.backends.base import Backend, Framework, Unavailable
+from opbench.messages import one_line
 
 _NOT_BACKENDS = ("base",)
 
@@ -28,7 +30,7 @@ def declared() -> dict[str, Framework]:
     """Every backend's Framework, by name, in their declared order."""
     found = []
     for module in pkgutil.iter_modules(__path__):
-        if module.name in _NOT_BACKENDS or module.name.endswith("_models"):
+        if module.name in _NOT_BACKENDS or module.name.startswith("_") or module.name.endswith("_models"):
             continue
         path = Path(__path__[0]) / f"{module.name}.py"
         framework = _declaration(ast.parse(path.read_text(encoding="utf-8")), path)
@@ -90,8 +92,7 @@ def _import(name: str) -> Backend | Unavailable:
         module = importlib.import_module(f"opbench.backends.{name}")
         return module.BACKEND()
     except Exception as exc:
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        return Unavailable(f"{name} failed to import: {type(exc).__name__}: {first_line}")
+        return Unavailable(f"{name} failed to import: {one_line(exc, limit=10_000)}")
 
 
 __all__ = ["Backend", "Framework", "Unavailable", "declared", "installed", "load", "taking_part"]

@@ -7,19 +7,11 @@ before its result exists, so every timed call ends with mx.nd.waitall().
 from __future__ import annotations
 
 import ctypes
-import warnings
 from typing import Any
 
 import numpy as np
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", FutureWarning)
-    if not hasattr(np, "bool"):
-        np.bool = np.bool_  # MXNet 1.9 still uses the alias NumPy 1.24 removed
-
-import mxnet as mx
-from mxnet import autograd, gluon
-
+from opbench.backends._mxnet import autograd, gluon, mx
 from opbench.backends.base import Backend, Call, Framework
 
 FRAMEWORK = Framework(name="mxnet", title="MXNet", package="mxnet", modes=("eager", "hybridize"), order=3)

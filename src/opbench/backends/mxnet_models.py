@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opbench.backends.mxnet import mx
+from opbench.backends._mxnet import mx
 from opbench.models.native import NativeModel, out_in_slots
 from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, layer_inputs
 

@@ -15,7 +15,7 @@ from opbench.distributed import gate
 from opbench.distributed.engines import ENGINES, LOOPBACK, Topology, free_port
 from opbench.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
 from opbench.e2e import TARGET_FRACTION, TARGET_MAX_SECONDS, TARGET_MAX_STEPS
-from opbench.measure import timing_of
+from opbench.measure import identity, timing_of
 from opbench.models import catalogue
 
 WARMUP_STEPS = 10  # excluded from timing, as the study did
@@ -66,12 +66,10 @@ def measure_distributed(benchmark, bound) -> None:
             group.ask("step", n=WARMUP_STEPS)
         overhead = statistics.median(_seconds(lambda: group.ask("ping")) for _ in range(PINGS))
         benchmark.extra_info.update(
-            model=case.name, direction=case.direction, family=case.family, framework=case.framework,
-            framework_version=bound.backend.version(), device=case.device, mode=case.mode, dtype=case.dtype,
-            shape=case.shape, engine=case.engine, rule=case.rule, workers=case.workers, scaling=case.scaling,
-            global_batch=case.global_batch, worker_batch=case.global_batch // case.workers, threads=1,
-            max_abs_err=err, warmup_steps=WARMUP_STEPS, engine_config=setup[0]["config"],
-            coordinator_overhead_s=overhead,
+            identity(case, bound.backend, threads=1, max_abs_err=err), engine=case.engine, rule=case.rule,
+            workers=case.workers, scaling=case.scaling, global_batch=case.global_batch,
+            worker_batch=case.global_batch // case.workers, warmup_steps=WARMUP_STEPS,
+            engine_config=setup[0]["config"], coordinator_overhead_s=overhead,
         )
         try:
             benchmark(lambda: group.ask("step"))

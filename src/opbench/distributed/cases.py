@@ -44,13 +44,14 @@ class DistCase:
                 f"{self.name}-b{self.global_batch}-{self.scaling}")
 
     @property
-    def shape(self) -> str:
+    def label(self) -> str:
+        """The problem as text, as Case.label: scaling, batch and workers."""
         return f"{self.scaling}-b{self.batch}-w{self.workers}"
 
     @property
     def group(self) -> str:
         """One group per model, device, scaling, batch and worker count: the engines side by side."""
-        return f"{self.name}-data-parallel[{self.device}-{self.dtype}-{self.shape}]"
+        return f"{self.name}-data-parallel[{self.device}-{self.dtype}-{self.label}]"
 
     @property
     def markers(self) -> tuple[str, ...]:

@@ -102,7 +102,3 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
            "MXNet KVStore device (one process, a context per replica, gradients summed on the devices)",
            in_process=True),
 )}
-
-
-def for_framework(framework: str) -> list[Engine]:
-    return [e for e in ENGINES.values() if e.framework == framework]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from opbench.distributed.engines import Engine, Topology
-from opbench.workers import WorkerFailure, WorkerProcess
+from opbench.processes import WorkerFailure, WorkerProcess
 
 SETUP_TIMEOUT_S = 180.0  # import the framework, rendezvous, build the model
 CLOSE_GRACE_S = 10.0

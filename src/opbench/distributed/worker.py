@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from opbench.messages import one_line
 from opbench.models import catalogue, datasets
 from opbench.models.spec import Optimizer, init_params
-from opbench.results.worker import one_line
 
 
 class EngineBase:

@@ -37,7 +37,7 @@ def _softmax(x):
 # conditioning: rounding x to the dtype moves f(x) by eps |x f'(x)|, so a correctly rounded
 # implementation stays within a few units everywhere, in saturated tails too, where a floor of
 # |x| would accept errors many orders larger than the value. Measured with
-# benchmarks/tolerance_margins.py and over [-40, 40] by the edge-regime tests (docs).
+# studies/tolerance_margins.py and over [-40, 40] by the edge-regime tests (docs).
 ULPS = 64
 
 # name: (forward(x), derivative(x, y) with y = forward(x), nominal FLOPs per element)

@@ -1,5 +1,11 @@
-"""The results side of opbench: storing and reading runs (store), their statistics, comparisons
-and reports (stats, compare, report, plots, htmlpage, summary), and the regression gates built
-on them (upgrade: process-level runs; pairs, paired_stats, paired_results, workers and worker:
-the paired interleaved gate). The harness that runs and checks benchmarks is the rest of the
-package: plugin, measure, execute, e2e, and the ops, backends and models catalogues."""
+"""Reading saved runs: it never measures and never starts a process.
+
+- store: files and `.benchmarks` ids in, validated runs out (one ResultsError line for bad data);
+- stats, compare: the noise-aware comparison of two sets of runs (`opbench compare`);
+- report, scaling, plots, htmlpage: side-by-side tables, the thread and worker scaling, figures;
+- summary: the lines a pytest session prints at its end;
+- tables: the text formatting all of them share.
+
+What runs benchmarks is the harness (plugin, measure, execute, e2e over ops, models and backends),
+opbench.distributed, and opbench.gate, which runs two environments and judges them.
+"""

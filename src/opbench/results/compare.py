@@ -3,7 +3,7 @@
 For every benchmark: the ratio of medians candidate / baseline with a bootstrap interval over
 runs, and a verdict. Each run contributes one time per benchmark, its fastest round by default
 (`min`; interference only ever adds time, so the minimum moves least between processes: measured
-by benchmarks/gate_quality.py) or its median round; the medians of those per-run times are
+by studies/gate_quality.py) or its median round; the medians of those per-run times are
 compared. Benchmarks missing from the candidate fail the gate (a framework whose
 import broke skips all its benchmarks); new ones are listed. The environment difference comes
 first, and runs from different machines draw a loud warning.
@@ -18,6 +18,7 @@ from typing import Any
 
 from opbench.results.stats import CONFIDENCE, Ratio, Rule, ratio_of_medians, verdict
 from opbench.results.store import ResultsError, Run
+from opbench.results.tables import fmt_time, table
 
 STATISTICS = ("min", "median")  # the per-run time a comparison uses, default first
 
@@ -165,14 +166,6 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
     return result
 
 
-def fmt_time(seconds: float) -> str:
-    """A duration with a unit that keeps 3 to 4 significant digits readable."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.4g} {unit}"
-    return f"{seconds / 1e-9:.4g} ns"
-
-
 def _short(name: str, width: int = 70) -> str:
     return name if len(name) <= width else name[: width - 1] + "~"
 
@@ -215,17 +208,3 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
               f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"
               + (f", {len(c.broken)} failed" if c.broken else "")]
     return "\n".join(lines)
-
-
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]], markdown: bool = False) -> list[str]:
-    """Rows as an aligned text table, or a Markdown table."""
-    if markdown:
-        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        return out + ["| " + " | ".join(r) + " |" for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-
-    def fmt(row):
-        cells = zip(row, widths, strict=True)
-        return "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(cells))
-
-    return [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]

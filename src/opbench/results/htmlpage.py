@@ -7,8 +7,9 @@ import html
 import tempfile
 from pathlib import Path
 
+from opbench.files import write_text_atomic
 from opbench.results import plots, report
-from opbench.results.store import Run, write_text_atomic
+from opbench.results.store import Run
 
 STYLE = """
 body { font-family: sans-serif; margin: 2em; }

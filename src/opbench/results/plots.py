@@ -15,8 +15,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from opbench.files import replace_atomic
 from opbench.results.scaling import curves as worker_curves
-from opbench.results.store import Bench, Identity, Run, replace_atomic
+from opbench.results.store import Bench, Identity, Run
 
 
 def _benches(runs: list[Run]) -> list[Bench]:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from opbench.results import scaling
-from opbench.results.compare import fmt_time, table
 from opbench.results.store import Bench, Run
+from opbench.results.tables import fmt_time, table
 
 
 @dataclass

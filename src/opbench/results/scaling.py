@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opbench.results.compare import table
 from opbench.results.store import Run
+from opbench.results.tables import table
 
 
 @dataclass

@@ -14,7 +14,7 @@ from math import comb
 
 import numpy as np
 
-CONFIDENCE = 0.97  # chosen with benchmarks/gate_quality.py: the README gives the trade-off
+CONFIDENCE = 0.97  # chosen with studies/gate_quality.py: docs/explanation/process-gate.md gives the trade-off
 
 
 @dataclass(frozen=True)

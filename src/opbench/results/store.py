@@ -9,9 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +109,7 @@ class Run:
         return self.status.get("status") == "interrupted"
 
 
-def _bench(raw: dict, path: Path) -> Bench:
+def bench_of(raw: dict, path: Path) -> Bench:
     try:
         stats = raw["stats"]
         bench = Bench(
@@ -157,7 +155,7 @@ def load_run(path: str | Path) -> Run:
         raise ResultsError(f"{path}: not valid JSON, truncated? ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list) or "machine_info" not in doc:
         raise ResultsError(f"{path}: not a pytest-benchmark result (no 'benchmarks' and 'machine_info')")
-    benches = [_bench(b, path) for b in doc["benchmarks"]]
+    benches = [bench_of(b, path) for b in doc["benchmarks"]]
     if not benches:
         raise ResultsError(f"{path}: holds no benchmarks (was it run with --benchmark-disable?)")
     return Run(path, doc.get("machine_info") or {}, str(doc.get("datetime", "")), {b.fullname: b for b in benches},
@@ -197,36 +195,3 @@ def resolve(specs: list[str], storage: str | Path = DEFAULT_STORAGE) -> list[Run
             raise ResultsError(f"run id {spec!r} is ambiguous in {storage}: {', '.join(str(p) for p in matches)}")
         runs.append(load_run(matches[0]))
     return runs
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def replace_atomic(path: Path, write) -> None:
-    """Call `write(temporary path)` next to `path`, then rename it into place: a crash never leaves a
-    torn file. The file gets the mode a plain open() would give it (0666 less the umask), as
-    pytest-benchmark's own files have, not mkstemp's 0600."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (see replace_atomic)."""
-    replace_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
-def write_json_atomic(path: Path, document: dict) -> None:
-    """Write a JSON document atomically (serialised first, so a bad document writes nothing)."""
-    write_text_atomic(path, json.dumps(document, indent=4))

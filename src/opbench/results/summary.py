@@ -7,8 +7,8 @@ from pathlib import Path
 
 from opbench.results import report
 from opbench.results.compare import compare, format_text
-from opbench.results.compare import table as text_table
-from opbench.results.store import ResultsError, Run, _bench, load_run
+from opbench.results.store import ResultsError, Run, bench_of, load_run
+from opbench.results.tables import table as text_table
 
 
 def session_run(bs) -> Run:
@@ -18,7 +18,7 @@ def session_run(bs) -> Run:
         raw = meta.as_dict(include_data=False)
         if raw.get("stats") and not meta.has_error:
             try:
-                bench = _bench(raw, Path("this session"))
+                bench = bench_of(raw, Path("this session"))
             except ResultsError:  # an unusable timing is left out of the table, as pytest-benchmark leaves it unsaved
                 continue
             benches[bench.fullname] = bench

@@ -4,7 +4,10 @@ coordinator: starting a pair (spawn and collect), describing the environments, p
 calibrating and warming up, the timed trials, releasing. A benchmark's turn in a pair is what
 the confirmation pays per flagged benchmark and pair, so this says how many pairs a budget buys.
 
-    .venv/bin/python benchmarks/paired_cost.py -- benchmarks/ops -m "torch and forward"
+    .venv/bin/python studies/paired_cost.py -- benchmarks/ops -m "torch and forward"
+
+With OPBENCH_INJECT_SLOWDOWN set, both workers load the study plugin opbench.testing.inject, so
+the cost of sizing the injection shows in their prepare steps.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from opbench.results import pairs
+from opbench.gate import pairs
+from opbench.processes import WorkerProcess
 from opbench.results.stats import Rule
-from opbench.workers import WorkerProcess
+from opbench.testing.inject import ENV as INJECT
+from opbench.testing.inject import PLUGIN as INJECT_PLUGIN
 
 SPENT: dict[str, float] = collections.defaultdict(float)
 COUNT: collections.Counter = collections.Counter()
@@ -54,7 +59,8 @@ def main() -> int:
     timed(pairs.PairedGate, "_trial", "timed trials")
     side = functools.partial(pairs.Side, python=sys.executable, env=dict(os.environ))
     plan = pairs.Plan(trials=a.trials, min_pairs=1, max_pairs=1)
-    gate = pairs.PairedGate((side("baseline"), side("candidate")), a.pytest_args, Path(tempfile.mkdtemp()), plan,
+    args = ["-p", INJECT_PLUGIN, *a.pytest_args] if os.environ.get(INJECT) else a.pytest_args
+    gate = pairs.PairedGate((side("baseline"), side("candidate")), args, Path(tempfile.mkdtemp()), plan,
                             lambda name: Rule(), progress=lambda line: None)
     start = time.monotonic()
     gate.run()

@@ -4,10 +4,10 @@ burst taken a fraction of a second apart), trials nested in worker pairs.
 Each worker pair is summarised by the median of its trials' log-ratios (robust to the odd trial
 hit by another tenant). The pairs are the independent units: a pair carries between-process
 effects (memory layout, allocator state, thread placement) that its trials cannot see, and on
-this 2-core machine those effects dominate and are heavy-tailed: in an A/A run of 16 pairs
-(README) most benchmarks' pair medians spread by 1-6%, but one pair that a load episode hit
-came out 2.7x and 3x slower on one side for two benchmarks. A mean over pairs and its
-bootstrap turned that one pair into an interval of [0.98, 1.98].
+small shared machines those effects dominate and are heavy-tailed: most pair medians agree
+within a few percent, but a pair that a load episode hit can come out 2-3x slower on one side
+(docs: the paired gate), and a mean over pairs with its bootstrap turned one such pair into an
+interval of [0.98, 1.98] between identical environments.
 
 The estimate is therefore the Hodges-Lehmann estimator over pairs (the median of the Walsh
 averages (x_i + x_j) / 2, i <= j, of the M pair medians) with its exact confidence interval from

@@ -1,4 +1,4 @@
-"""The coordinator's end of a worker process (the paired gate's opbench.results.worker, a
+"""The coordinator's end of a worker process (the paired gate's opbench.gate.worker, a
 distributed benchmark's opbench.distributed.worker): start one, send it requests as JSON lines,
 read its replies with a deadline, and make sure nothing is left running.
 
@@ -39,7 +39,7 @@ def last_line(path: Path) -> str:
 
 
 class WorkerProcess:
-    """One live worker: `python -m opbench.results.worker` of an environment, its stderr in `log`."""
+    """One live worker: `python -m opbench.gate.worker` of an environment, its stderr in `log`."""
 
     def __init__(self, side: str, command: list[str], env: dict[str, str], log: Path) -> None:
         # `side` names the worker in every message: "the {side} worker died ..."

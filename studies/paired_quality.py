@@ -7,9 +7,9 @@ part of every run (a tenant's load episode). Every run's paired.json is kept und
 metric (fastest round, mean wall time, mean CPU time) spreads least between A/A trials, and
 how the spread of the pair medians falls with the trials per pair (what more trials would buy).
 
-    .venv/bin/python benchmarks/paired_quality.py --aa 2 --slow 0.10,0.07 --keep runs/ \
+    .venv/bin/python studies/paired_quality.py --aa 2 --slow 0.10,0.07 --keep runs/ \
         -- benchmarks/ops -m "torch and forward"
-    .venv/bin/python benchmarks/paired_quality.py --from runs/
+    .venv/bin/python studies/paired_quality.py --from runs/
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.inject import ENV as INJECT
-from opbench.results.paired_stats import spread
+from opbench.gate.paired_stats import spread
+from opbench.testing.inject import ENV as INJECT
+from opbench.testing.inject import PLUGIN as INJECT_PLUGIN
 
 FLAGGED = ("regression", "improvement")
 METRICS = {"fastest round": "log_ratio", "mean wall": "mean_log_ratio", "mean CPU": "cpu_log_ratio"}
@@ -42,7 +43,8 @@ def gate_run(a, folder: Path, slowdown: float, seed: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "opbench", "ab", "--baseline-python", sys.executable, "--candidate-python",
            sys.executable, "--workdir", str(folder), "--seed", str(seed), *a.gate_args.split(),
-           *(["--candidate-env", f"{INJECT}={slowdown}"] if slowdown else []), "--", *a.pytest_args]
+           *(["--candidate-env", f"{INJECT}={slowdown}"] if slowdown else []), "--", "-p", INJECT_PLUGIN,
+           *a.pytest_args]
     load = None
     start = time.monotonic()
     if a.load:

@@ -16,8 +16,8 @@ that `upgrade-check --design process` makes, with its wall time). `--keep DIR` k
 and their wall times; `--from DIR ...` analyses kept runs again (any number of folders, e.g. from
 several sessions) without running.
 
-    .venv/bin/python benchmarks/gate_quality.py --runs 7 --pool 14 --keep runs/ -- benchmarks/ops -m forward
-    .venv/bin/python benchmarks/gate_quality.py --from runs/ --runs 5,7,10 --confidence 95,99
+    .venv/bin/python studies/gate_quality.py --runs 7 --pool 14 --keep runs/ -- benchmarks/ops -m forward
+    .venv/bin/python studies/gate_quality.py --from runs/ --runs 5,7,10 --confidence 95,99
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.inject import ENV as INJECT
 from opbench.results.compare import STATISTICS, compare
 from opbench.results.stats import Rule
 from opbench.results.store import Run, load_run
+from opbench.testing.inject import ENV as INJECT
+from opbench.testing.inject import PLUGIN as INJECT_PLUGIN
 
 FLAGGED = ("regression", "improvement")
 
@@ -45,7 +46,8 @@ FLAGGED = ("regression", "improvement")
 def run_pytest(args: list[str], out: Path, slowdown: float) -> float:
     """One pytest run saved to `out`; returns its wall time in seconds."""
     env = {**os.environ, INJECT: str(slowdown)}
-    cmd = [sys.executable, "-m", "pytest", *args, f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "-p", INJECT_PLUGIN, *args, f"--benchmark-json={out}", "-q",
+           "-p", "no:cacheprovider"]
     start = time.monotonic()
     subprocess.run(cmd, env=env, check=False, stdout=subprocess.DEVNULL)
     if not out.exists():

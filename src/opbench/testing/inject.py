@@ -1,13 +1,16 @@
-"""Test-only slowdown injection for measuring the regression gates' sensitivity.
+"""A study aid: a known slowdown injected into timed calls, to measure the regression gates'
+sensitivity (studies/gate_quality.py, studies/paired_quality.py).
 
-With OPBENCH_INJECT_SLOWDOWN set to a fraction f, every timed call is made about (1 + f) times as
-long, in one of two ways, chosen per benchmark and recorded in its results:
+It is a pytest plugin that only the studies load (`-p opbench.testing.inject`); the suite's
+measuring path never imports it. With the plugin loaded and OPBENCH_INJECT_SLOWDOWN set to a
+fraction f, every timed call is made about (1 + f) times as long, in one of two ways, chosen per
+benchmark and recorded in its results:
 - "scaled" (calls of about 10 us and more): after each call, a spin until f times that call's own
   duration has passed (less the wrapper's own cost). The slowdown follows the operation through
   its slow spells and cold caches, as a real regression that adds work of the operation's own
   kind does. A fixed amount of extra work does not: it was sized in a hot loop, so between the
   paired gate's alternating rounds (where the other side evicts the caches) it was a smaller share
-  of the call (median 5.3% seen where 7% was asked), and it slowed down in other spells than the
+  of the call than asked for, and it slowed down in other spells than the
   memory-bound operations did (the injected side's trials spread 3x the A/A's);
 - "loop" (shorter calls, where three clock reads are already most of f): a counted empty loop
   after each call, sized from the plain call's time as the gates measure it (the fastest per-call
@@ -26,7 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 ENV = "OPBENCH_INJECT_SLOWDOWN"
+PLUGIN = __name__  # load it with `pytest -p opbench.testing.inject`
 ROUND_S = 0.002  # a round of calls holds at least this much work, as in the paired gate
 ROUNDS = 25  # rounds per estimate: ~50 ms each for short calls
 ESTIMATE_S = 0.25  # ... or fewer for long calls, at least MIN_ROUNDS
@@ -49,7 +55,7 @@ class Injection:
 
 def slowed(call: Callable[[], Any], iterations: int) -> Callable[[], Any]:
     """The call, then `iterations` turns of an empty loop (a closure over a ready range: a
-    class's __call__ costs three times as much, ~300 ns here, more than 7% of a 3 us call)."""
+    class's __call__ costs about three times as much, several percent of a 3 us call)."""
     turns = range(iterations)
 
     def call_then_work() -> Any:
@@ -103,8 +109,8 @@ def loops_for(call: Callable[[], Any]) -> int:
 def size(call: Callable[[], Any], fraction: float) -> Injection:
     """The slowed call. The long estimate of the plain call's time (up to a second) is taken only
     for the loop model, which is sized from it: the scaled spin needs the call's time only to be
-    chosen, and the paired gate's candidate pays for sizing in every benchmark's turn (0.3-1.3 s
-    of a ~1.8 s turn on 2026-11-24, when every case took the long estimate)."""
+    chosen, and the paired gate's candidate pays for sizing in every benchmark's turn (most of a
+    short benchmark's turn when every case took the long estimate)."""
     loops = loops_for(call)
     if fraction * per_call(call, loops) >= SCALED_MIN * _scaled_overhead_s():
         model, wrapped = "scaled", scaled(call, fraction, _scaled_overhead_s())
@@ -137,7 +143,7 @@ def _wrapper_s() -> float:
 
 @functools.cache
 def _scaled_overhead_s() -> float:
-    """Three clock reads and a call (~400 ns here: 420 ns measured on 2026-11-23)."""
+    """Three clock reads and a call, measured on a call that does nothing."""
     return _added_s(scaled(_noop, 0.0, 0.0))
 
 
@@ -153,12 +159,17 @@ def _iteration_s() -> float:
     return best
 
 
+def fraction() -> float:
+    """The slowdown OPBENCH_INJECT_SLOWDOWN asks for (0: none)."""
+    return float(os.environ.get(ENV, "0") or 0)
+
+
 def inject_slowdown(prepared) -> Injection | None:
     """Wrap prepared.call when OPBENCH_INJECT_SLOWDOWN asks for a slowdown; None otherwise."""
-    fraction = float(os.environ.get(ENV, "0") or 0)
-    if fraction <= 0:
+    asked = fraction()
+    if asked <= 0:
         return None
-    injection = size(prepared.call, fraction)
+    injection = size(prepared.call, asked)
     prepared.call = injection.call
     return injection
 
@@ -169,3 +180,17 @@ def recorded(injection: Injection | None) -> dict:
         return {}
     return {"injected_slowdown": injection.fraction, "injected_model": injection.model,
             "injected_measured": round(injection.measured, 4)}
+
+
+def wrap(prepared) -> dict:
+    """The session's call wrapper (opbench.session.CallWrapper): inject, and say what was injected."""
+    return recorded(inject_slowdown(prepared))
+
+
+@pytest.hookimpl(trylast=True)  # after opbench's own pytest_configure made the session
+def pytest_configure(config: pytest.Config) -> None:
+    from opbench.plugin import STATE
+
+    session = config.stash.get(STATE, None)
+    if session is not None and fraction() > 0:
+        session.wrappers.append(wrap)

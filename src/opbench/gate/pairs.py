@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.results import paired_stats as ps
+from opbench.gate import paired_stats as ps
+from opbench.processes import WorkerFailure, WorkerProcess
 from opbench.results.stats import CONFIDENCE, Rule
-from opbench.workers import WorkerFailure, WorkerProcess
 
 SIDES = ("baseline", "candidate")
 WARM_UP_S = 0.1  # per side, untimed, after calibration
@@ -50,9 +50,9 @@ class Side:
 
 @dataclass
 class Plan:
-    """How much to sample. Defaults chosen with benchmarks/paired_quality.py (README)."""
+    """How much to sample. Defaults chosen with studies/paired_quality.py (docs: the paired gate)."""
 
-    trials: int = 8  # trials per benchmark and worker pair (README: why many short pairs)
+    trials: int = 8  # trials per benchmark and worker pair (docs: why many short pairs)
     min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
     max_pairs: int = 60  # at most this many in either stage (a new pair starts in about 2 s)
     confirm_pairs: int = 24  # the confirmation's minimum of fresh pairs (more when Holm's first level needs them)
@@ -67,8 +67,8 @@ class Plan:
     seed: int = 0
 
     def budget_for(self, benchmarks: int) -> float:
-        """The run's budget for a selection: the one given, else 80 s per benchmark (the process
-        gate at K=7 took 1.1-1.6 min per benchmark here) and at least 20 minutes."""
+        """The run's budget for a selection: the one given, else 80 s per benchmark (about what
+        the process gate at K=7 spends on one) and at least 20 minutes."""
         if self.budget_s is not None:
             return self.budget_s
         return max(self.min_budget_s, self.budget_per_benchmark_s * benchmarks)
@@ -114,7 +114,7 @@ class Pair:
         self.number, self.workers, self.ids = number, {}, {}
         try:
             for side in sides:
-                self.workers[side.name] = spawn(side.name, [side.python, "-m", "opbench.results.worker"], side.env,
+                self.workers[side.name] = spawn(side.name, [side.python, "-m", "opbench.gate.worker"], side.env,
                                                 folder / f"worker-{number:02d}-{side.name}.log")
             for side, reply in self.ask_both({"cmd": "collect", "args": pytest_args}, timeout).items():
                 if not reply.get("ok"):
@@ -182,10 +182,10 @@ class PairedGate:
     def pair_s(self, ids: list[str]) -> float:
         """The expected seconds of a pair over `ids` at the pace measured so far: a pair's warm
         start plus each benchmark's warm turn, each the mean over all but the first (`_warm`).
-        The first turn that times a benchmark pays for its compiler's cold cache (minutes for the
-        `torch.compile` cases here): a mean over all turns made later pairs look ~20% slower than
-        they were (the confirmation got its minimum of 24 pairs with 31 minutes left), and a
-        median over all of them a little faster (a 56-minute budget ran 5.5 minutes over)."""
+        The first turn that times a benchmark pays for its compiler's cold cache (minutes for
+        `torch.compile` cases), so a mean over all turns makes later pairs look slower than they
+        are and leaves budget unused; a median over all turns is a little short of a warm pair's
+        mean and overruns the budget."""
         every = [t for times in self.turn_s.values() for t in _after_first(times)]
         fallback = float(np.mean(every)) if every else 0.0
         return _warm(self.start_s) + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids)

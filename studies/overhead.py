@@ -5,7 +5,7 @@ synchronisation. This script times a bare no-op callable, the same no-op prepare
 opbench's NumPy backend, and a ~100 us operation both ways, and prints the added microseconds
 per call and their share of the 100 us operation.
 
-    .venv/bin/python benchmarks/overhead.py
+    .venv/bin/python studies/overhead.py
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ collects the selection with pytest, prepares one benchmark at a time exactly as 
 (the same Case, inputs, thread pinning, NumPy check and first call) and times short bursts of it
 on request.
 
-Run as `python -m opbench.results.worker`. Requests come as JSON lines on stdin and replies go as JSON
+Run as `python -m opbench.gate.worker`. Requests come as JSON lines on stdin and replies go as JSON
 lines on the original stdout; everything else the frameworks print goes to stderr, so that it
 cannot corrupt the protocol. Every reply has "ok"; a failed request has a one-line "error".
 """
@@ -18,6 +18,8 @@ import sys
 import time
 from typing import Any
 
+from opbench.messages import one_line
+
 STEAL_FIELD = 8  # /proc/stat "cpu" line: user nice system idle iowait irq softirq steal
 
 
@@ -29,11 +31,6 @@ def steal_ticks() -> int:
         return int(fields[STEAL_FIELD]) if fields[0] == "cpu" and len(fields) > STEAL_FIELD else 0
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def one_line(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [""])[0][:300]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Collector:
@@ -65,10 +62,10 @@ class Worker:
     def settle(self) -> None:
         """Collect the garbage; with `freeze`, then move every survivor to the collector's
         permanent generation (gc.freeze), so that the next collection scans only what later
-        benchmarks create. A full collection over torch's, pytest's and the compilers' objects
-        took ~0.2 s a benchmark per side here, a quarter of a benchmark's turn in a worker pair;
-        after a freeze it takes ~2 ms. Objects alive at a freeze are never freed: nothing a
-        benchmark's inputs hold once it is released (those are freed before the freeze)."""
+        benchmarks create (a full collection over torch's, pytest's and the compilers' objects
+        costs a sizeable share of a benchmark's turn in a worker pair; after a freeze, almost
+        nothing). Objects alive at a freeze are never freed: nothing a benchmark's inputs hold
+        once it is released (those are freed before the freeze)."""
         gc.collect()
         if self.freeze:
             gc.freeze()
@@ -129,7 +126,7 @@ class Worker:
             return {"ok": True, "outcome": "failed", "message": one_line(exc)}
         self.current = (case, backend, ready)
         return {"ok": True, "outcome": "ready", "name": name, "group": case.group,
-                "extra_info": describe(case, backend, ready, state.roofline)}
+                "extra_info": describe(case, backend, ready, state)}
 
     def burst(self, loops: int, rounds: int) -> dict:
         """`rounds` timed rounds of `loops` calls each: the time per call of every round, and the

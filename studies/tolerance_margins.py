@@ -4,7 +4,7 @@ output, the largest share of the allowed error any framework and mode used (|out
 (rtol * (|ref| + floor)), worst element; a check fails above 1), and for outputs checked in
 units of roundoff, the ulps that would have been needed.
 
-    .venv/bin/python benchmarks/tolerance_margins.py -- benchmarks/ops -m "cpu"
+    .venv/bin/python studies/tolerance_margins.py -- benchmarks/ops -m "cpu"
 """
 
 from __future__ import annotations

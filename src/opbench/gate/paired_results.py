@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 from pytest_benchmark.stats import Stats
 
-from opbench.results import paired_stats as ps
+from opbench.files import write_text_atomic
+from opbench.gate import paired_stats as ps
+from opbench.gate.pairs import SIDES, PairedGate, Record
 from opbench.results.compare import Comparison, Row, environment_diff
-from opbench.results.pairs import SIDES, PairedGate, Record
-from opbench.results.store import Run, write_text_atomic
+from opbench.results.store import Run
 
 STATISTIC = "burst min"
 

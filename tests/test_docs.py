@@ -1,0 +1,50 @@
+"""The documentation builds strictly: `make docs` fails on a link to a missing page or anchor."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("sphinx-build", path=str(
+    ROOT / ".venv" / "bin")) is None, reason="make and the project's .venv with sphinx-build are needed")
+
+
+def _build(docs: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", "-C", str(ROOT), "docs", f"DOCS={docs}", f"DOCS_OUT={tmp_path / 'html'}"],
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    copy = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", copy, ignore=shutil.ignore_patterns("_build"))
+    return copy
+
+
+def test_the_docs_build_cleanly(docs, tmp_path):
+    result = _build(docs, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("link, complaint", [
+    ("[gone](nowhere.md)", "cross-reference target not found: 'nowhere.md'"),
+    ("[gone](../usage/compare.md#no-such-heading)", "local id not found in doc 'usage/compare'"),
+])
+def test_a_broken_link_fails_the_build(docs, tmp_path, link, complaint):
+    with (docs / "explanation" / "cost.md").open("a", encoding="utf-8") as page:
+        page.write(f"\nSee {link}.\n")
+    result = _build(docs, tmp_path)
+    assert result.returncode != 0
+    assert complaint in result.stderr
+
+
+def test_a_page_in_no_table_of_contents_fails_the_build(docs, tmp_path):
+    (docs / "usage" / "orphan.md").write_text("# An orphan\n", encoding="utf-8")
+    result = _build(docs, tmp_path)
+    assert result.returncode != 0
+    assert "document isn't included in any toctree" in result.stderr

@@ -1,0 +1,64 @@
+"""The package's floor plan: every import of an opbench module, at the top of a file or inside a
+function, goes to a module of the same layer or a layer below. Description (cases, ops, models,
+backends) knows nothing of measurement; measurement nothing of display; the results layer only
+reads saved runs; the gate and the command line sit on top."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "opbench"
+
+# The first part of a module's dotted name below `opbench` decides its layer.
+LAYERS = {
+    0: {"__init__", "messages", "files", "processes", "cases", "data", "layout"},
+    1: {"backends", "ops", "models", "roofline"},
+    2: {"config", "session", "known_issues"},
+    3: {"execute", "e2e", "measure", "fingerprint", "allocator", "suite", "sweep", "distributed"},
+    4: {"results"},
+    5: {"plugin", "gate", "testing", "cli", "__main__"},
+}
+LAYER = {part: level for level, parts in LAYERS.items() for part in parts}
+
+
+def _top(dotted: str) -> str:
+    return dotted.split(".")[1] if dotted.startswith("opbench.") else "__init__"
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, opbench module) for every import of an opbench module in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "opbench":
+            if node.module == "opbench":  # from opbench import backends, ops
+                found += [(node.lineno, f"opbench.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "opbench"]
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_has_a_layer():
+    parts = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in MODULES}
+    assert parts <= set(LAYER), f"modules with no layer: {sorted(parts - set(LAYER))}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_import_runs_back_up(path):
+    own = LAYER[path.relative_to(PACKAGE).parts[0].removesuffix(".py")]
+    upward = [f"line {line}: {module} (layer {LAYER[_top(module)]})" for line, module in _imports(path)
+              if LAYER[_top(module)] > own]
+    assert not upward, f"{path.name} (layer {own}) imports from above: {upward}"
+
+
+def test_the_results_layer_never_imports_the_harness_or_a_framework():
+    for path in (PACKAGE / "results").glob("*.py"):
+        modules = {_top(m) for _, m in _imports(path)} - {"results", "files", "messages"}
+        assert not modules, f"{path.name} imports {sorted(modules)}"
