@@ -156,6 +156,26 @@ def test_report_tables(tmp_path, capsys):
     assert row("share of NumPy's fp32 GEMM").split()[1:] == ["3%", "1%", "5%"]
 
 
+def test_report_shows_inference_latency_percentiles_only_where_recorded(tmp_path, capsys):
+    latency = {"latency_p50_s": 1e-3, "latency_p90_s": 1.5e-3, "latency_p99_s": 4e-3, "latency_calls_per_round": 1}
+    run = write(tmp_path / "r.json", [
+        bench("test_inference[torch-cpu-eager-float32-mlp-b1]", 1e-3, group="mlp-inference[cpu-float32-mlp-b1]",
+              flops=None, model="mlp", **latency),
+        bench("test_gemm[torch-cpu-eager-float32-64x64x64]", 1e-4),
+    ])
+    assert cli.main(["report", str(run)]) == 0
+    section = capsys.readouterr().out.split("latency per call, p50 / p90 / p99 (inference):")[1]
+    assert "mlp-inference[cpu-float32-mlp-b1]  1 ms / 1.5 ms / 4 ms" in section
+    assert "gemm-forward" not in section
+
+
+def test_the_report_reads_the_percentiles_measure_records():
+    from opbench import measure
+    from opbench.results import report
+
+    assert report.LATENCY_PERCENTILES == measure.LATENCY_PERCENTILES
+
+
 def test_html_and_png_output(tmp_path):
     benches = [bench(f"test_gemm[{fw}-cpu-eager-float32-{s}x{s}x{s}]", t * s**3 / 64**3,
                      group=f"gemm-forward[cpu-float32-{s}x{s}x{s}]", framework=fw, flops=2 * s**3)

@@ -16,6 +16,7 @@ from opbench.measure import (
     NoisyMeasurement,
     ThreadMismatch,
     Timing,
+    latency,
     measure,
     pin_threads,
     warn_if_noisy,
@@ -173,3 +174,15 @@ def test_the_measuring_path_injects_nothing_by_itself(monkeypatch):
     bench = FakeBenchmark(seconds=1e-3)
     measure(bench, bound(NumpyBackend()))
     assert not any(key.startswith("injected") for key in bench.extra_info)
+
+
+def test_inference_records_latency_percentiles_of_the_timed_rounds():
+    bench = FakeBenchmark()
+    bench.stats = type("Metadata", (), {"iterations": 1, "stats": type("Stats", (), {"data": [
+        0.001 * (i + 1) for i in range(100)]})})
+    got = latency(bench)
+    assert got["latency_p50_s"] == pytest.approx(0.0505)
+    assert got["latency_p90_s"] == pytest.approx(0.0901)
+    assert got["latency_p99_s"] == pytest.approx(0.09901)
+    assert got["latency_calls_per_round"] == 1
+    assert latency(FakeBenchmark(seconds=None)) == {}  # nothing timed (--benchmark-disable)

@@ -134,6 +134,17 @@ def test_compare_shows_side_by_side_and_verdicts(suite):
                                  "test_relu[[]numpy-cpu-eager-float32-256x1024[]]*"])
 
 
+def test_inference_runs_at_batch_1_beside_the_models_batch_and_training_at_its_batch_only():
+    from opbench.config import Settings
+    from opbench.plugin import model_cases
+
+    settings = Settings(frameworks=("torch",), modes=("eager",))
+    inference = [c.id for c in model_cases(settings, "inference") if c.name == "mlp"]
+    training = [c.id for c in model_cases(settings, "training") if c.name == "mlp"]
+    assert inference == ["torch-cpu-eager-float32-mlp-b1", "torch-cpu-eager-float32-mlp-b128"]
+    assert training == ["torch-cpu-eager-float32-mlp-b128"]
+
+
 def test_data_dir_errors_are_one_line(pytester: pytest.Pytester, tmp_path):
     pytester.makepyfile(test_e2e="""
 from opbench.measure import measure
@@ -141,7 +152,7 @@ from opbench.measure import measure
 def test_inference(model_case, benchmark):
     measure(benchmark, model_case)
 """)
-    result = pytester.runpytest_subprocess("--framework", "torch", "--mode", "eager", "-k", "mlp",
+    result = pytester.runpytest_subprocess("--framework", "torch", "--mode", "eager", "-k", "mlp and b128",
                                            "--benchmark-disable", "--data-dir", str(tmp_path))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*--data-dir: missing data file */train-images-idx3-ubyte (or *.gz)"])

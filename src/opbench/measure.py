@@ -8,6 +8,7 @@ thread count other than the one asked for.
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 import warnings
@@ -24,6 +25,7 @@ __all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "ide
            "setup"]
 
 NOISY_IQR = 0.10  # IQR / median above this draws a warning
+LATENCY_PERCENTILES = (50, 90, 99)  # as serving benchmarks report them (MLPerf SingleStream: p90)
 
 
 class ThreadMismatch(AssertionError):
@@ -101,6 +103,20 @@ def timing_of(benchmark) -> Timing | None:
     if stats is None or not getattr(stats, "data", None):
         return None
     return Timing(stats.median, stats.min, stats.iqr)
+
+
+def latency(benchmark) -> dict[str, float | int]:
+    """Percentiles of the time per call over the timed rounds (`latency_p50_s`, ...), with the
+    calls a round held (`latency_calls_per_round`): where that is 1, as for every model's
+    inference at the suite's sizes, each round is one call and these are the latencies a server
+    would see; otherwise they are percentiles of round means. Empty with fewer than two rounds."""
+    meta = getattr(benchmark, "stats", None)
+    data = list(getattr(getattr(meta, "stats", None), "data", None) or ())
+    if len(data) < 2:
+        return {}
+    cuts = statistics.quantiles(data, n=100, method="inclusive")
+    return {**{f"latency_p{q}_s": cuts[q - 1] for q in LATENCY_PERCENTILES},
+            "latency_calls_per_round": int(getattr(meta, "iterations", 1))}
 
 
 def warn_if_noisy(name: str, timing: Timing) -> None:
@@ -220,6 +236,8 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
     if case.kind == "model":
         device_peak = prepared.peak_memory() if prepared.peak_memory else None
         benchmark.extra_info.update(peak_rss_bytes=rss.peak, peak_device_bytes=device_peak)
+    if case.direction == "inference":
+        benchmark.extra_info.update(latency(benchmark))
     if prepared.after_timing:
         benchmark.extra_info.update(prepared.after_timing())
     warn_if_noisy(case.id, timing)

@@ -166,19 +166,26 @@ def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
     return cases
 
 
+def model_batches(model, profile: str, direction: str) -> tuple[int, ...]:
+    """The model's batch for the profile; inference also at batch 1, the latency a server answering
+    one request at a time sees, beside the throughput of the larger batch."""
+    batch = model.batch[profile]
+    return tuple(sorted({1, batch})) if direction == "inference" else (batch,)
+
+
 def model_cases(settings: Settings, direction: str) -> list[Case]:
     """Every model case the settings select for `direction` ("training" or "inference")."""
     cases = []
     for name, model in catalogue.MODELS.items():
-        batch = model.batch[settings.profile]
-        for framework in settings.frameworks:
-            if framework not in backends.taking_part("models"):  # NumPy is the models' reference
-                continue
-            for mode in settings.framework_modes(framework):
-                for device in settings.devices:
-                    for dtype in settings.dtypes:
-                        cases.append(Case("model", name, "e2e", direction, framework, device, mode, dtype,
-                                          f"{name}-b{batch}", (("batch", batch),)))
+        for batch in model_batches(model, settings.profile, direction):
+            for framework in settings.frameworks:
+                if framework not in backends.taking_part("models"):  # NumPy is the models' reference
+                    continue
+                for mode in settings.framework_modes(framework):
+                    for device in settings.devices:
+                        for dtype in settings.dtypes:
+                            cases.append(Case("model", name, "e2e", direction, framework, device, mode, dtype,
+                                              f"{name}-b{batch}", (("batch", batch),)))
     return cases
 
 

@@ -11,6 +11,9 @@ from opbench.results import scaling
 from opbench.results.store import Bench, Run
 from opbench.results.tables import fmt_time, table
 
+# the percentiles opbench.measure records for inference (kept in step by tests/test_cli.py)
+LATENCY_PERCENTILES = (50, 90, 99)
+
 
 @dataclass
 class Cell:
@@ -19,6 +22,7 @@ class Cell:
     gflops: float | None
     peak: float | None  # the run's roofline for this device and dtype
     numpy_gemm: float | None = None  # NumPy's fp32 GEMM GFLOP/s in the same run (CPU)
+    latency: tuple[float, ...] | None = None  # p50, p90, p99 per call (inference)
 
 
 @dataclass
@@ -54,10 +58,19 @@ def grid(runs: list[Run]) -> Grid:
                           flops / median / 1e9 if flops else None,
                           # %-of-peak only for exact FLOP counts (results before the flag: all)
                           bench.extra.get("peak_gflops") if bench.extra.get("flops_exact", True) else None,
-                          bench.extra.get("numpy_gemm_gflops"))
+                          bench.extra.get("numpy_gemm_gflops"), _latency(entries))
     rows = sorted({r for r, _ in cells})
     columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith("numpy"), c))
     return Grid(rows, columns, cells)
+
+
+def _latency(entries: list[tuple[Bench, Run]]) -> tuple[float, ...] | None:
+    """The median over runs of each latency percentile, where every run recorded them."""
+    keys = [f"latency_p{q}_s" for q in LATENCY_PERCENTILES]
+    values = [[b.extra.get(k) for k in keys] for b, _ in entries]
+    if not values or any(v is None for row in values for v in row):
+        return None
+    return tuple(float(np.median(column)) for column in zip(*values, strict=True))
 
 
 def _metric_rows(g: Grid, metric) -> list[tuple[str, ...]]:
@@ -92,6 +105,11 @@ def _numpy_gemm_share(g, r, c):
     return f"{cell.gflops / cell.numpy_gemm:.0%}" if cell and cell.gflops and cell.numpy_gemm else "-"
 
 
+def _latencies(g, r, c):
+    cell = g.row(r).get(c)
+    return " / ".join(fmt_time(t) for t in cell.latency) if cell and cell.latency else "-"
+
+
 def _vs_numpy(g, r, c):
     cells = g.row(r)
     ref = next((cells[k].median for k in cells if k.startswith("numpy/")), None)
@@ -114,10 +132,16 @@ METRICS = (
 )
 
 
+LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENTILES)} (inference)"
+
+
 def tables(g: Grid) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
-    """(title, header, rows) for every metric."""
+    """(title, header, rows) for every metric; the latency table only over the rows that have
+    latencies, and only when there are any."""
     header = ("benchmark", *g.columns)
-    return [(title, header, _metric_rows(g, metric)) for title, metric in METRICS]
+    out = [(title, header, _metric_rows(g, metric)) for title, metric in METRICS]
+    rows = [row for row in _metric_rows(g, _latencies) if any(cell != "-" for cell in row[1:])]
+    return out + ([(LATENCY_TITLE, header, rows)] if rows else [])
 
 
 def format_text(runs: list[Run], markdown: bool = False) -> str:
