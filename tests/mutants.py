@@ -16,6 +16,7 @@ framework and the gate; creation mutants replace a generator's samples.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from opbench.e2e import prepare_model
 from opbench.execute import CorrectnessError
 from opbench.layout import from_native, to_native
 from opbench.models import catalogue
+from opbench.models.spec import BatchNorm, ModelSpec, Residual
 from opbench.ops import activations, conv, normalization
 from tests.helpers import edge_case
 
@@ -46,6 +48,35 @@ class ModelMutant:
     why: str
     update: Callable[[Params, Params, dict], Params] | None = None
     build: Callable[[Params], Params] | None = None
+    spec: Callable[[ModelSpec], ModelSpec] | None = None  # the model the framework builds instead
+
+
+def _relayered(fn: Callable[[object], object]) -> Callable[[ModelSpec], ModelSpec]:
+    """A spec mutation: `fn` applied to every layer, residual bodies and shortcuts included."""
+
+    def each(layers):
+        return None if layers is None else tuple(fn(_inner(layer)) for layer in layers)
+
+    def _inner(layer):
+        if isinstance(layer, Residual):
+            return dataclasses.replace(layer, body=each(layer.body), shortcut=each(layer.shortcut))
+        return layer
+
+    return lambda model: dataclasses.replace(model, layers=each(model.layers))
+
+
+def _batch_norms(**changes) -> Callable[[ModelSpec], ModelSpec]:
+    def change(layer):
+        if not isinstance(layer, BatchNorm):
+            return layer
+        return dataclasses.replace(layer, **{k: v(layer) for k, v in changes.items()})
+
+    return _relayered(change)
+
+
+def _shortcuts(change: Callable[[tuple], tuple | None]) -> Callable[[ModelSpec], ModelSpec]:
+    return _relayered(lambda layer: dataclasses.replace(layer, shortcut=change(layer.shortcut))
+                      if isinstance(layer, Residual) else layer)
 
 
 def _keep(before: Params, after: Params, frozen: Callable[[str], bool]) -> Params:
@@ -101,6 +132,20 @@ MODEL_MUTANTS = (
                 build=_flip_kernels),
     ModelMutant("output bias dropped", "model inference", "mlp", "the last layer built without its bias",
                 build=_drop_bias("2")),
+    ModelMutant("running statistics in training", "model training", "resnet20",
+                "batch norm normalises with its running statistics during training",
+                spec=_batch_norms(frozen=lambda bn: True)),
+    ModelMutant("batch-norm momentum flipped", "model training", "resnet20",
+                "PyTorch's momentum (the new share) passed where the kept share is meant",
+                spec=_batch_norms(momentum=lambda bn: 1 - bn.momentum)),
+    ModelMutant("batch-norm epsilon changed", "model inference", "resnet20",
+                "Keras' default epsilon (1e-3) where the model says 1e-5",
+                spec=_batch_norms(eps=lambda bn: 1e-3)),
+    ModelMutant("shortcut missing", "model inference", "resnet20", "the residual blocks add no shortcut",
+                spec=_shortcuts(lambda shortcut: None)),
+    ModelMutant("projection without batch norm", "model inference", "resnet20",
+                "the 1x1 projection shortcut built without its batch norm",
+                spec=_shortcuts(lambda shortcut: shortcut[:1] if shortcut else shortcut)),
 )
 
 
@@ -131,6 +176,7 @@ def applied(mutant: ModelMutant, backend) -> Iterator[None]:
     real = backend.build
 
     def build(model, params, *args, **kwargs):
+        model = mutant.spec(model) if mutant.spec else model
         native = real(model, mutant.build(params) if mutant.build else params, *args, **kwargs)
         return _MutatedModel(native, mutant) if mutant.update else native
 

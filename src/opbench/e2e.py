@@ -24,9 +24,11 @@ from opbench.models.spec import ModelSpec, Optimizer, count_params, init_params
 
 SGD_STEPS = 2
 GATE_LR = 0.1  # plain SGD in the gate, whatever the study's optimizer: updates of 1e-3..1e-1 of the weights
+MAX_DROP = 0.3  # ... and less where its first-order loss decrease, lr * |grad|^2, passes this share of the loss
 LOSS_RTOL = 1e-4  # first loss and SGD losses, relative
 LOGIT_TOL = 1e-3  # inference logits: max abs error / max(1, max|ref|)
 UPDATE_RTOL = 1e-3  # each tensor's update in each SGD step: ||got - ref|| / ||ref|| (float32 gives <= 8.4e-5)
+SLACK = 10.0  # ... plus this many times NumPy's own float32 error on that tensor and step (its conditioning)
 
 
 def _initial(model: ModelSpec) -> dict[str, np.ndarray]:
@@ -34,27 +36,76 @@ def _initial(model: ModelSpec) -> dict[str, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=4)
-def _reference_forward(name: str, batch: int, data_dir: str) -> tuple[np.ndarray, float]:
-    """NumPy's logits and loss on batch 0 from the initial weights."""
+def _reference_logits(name: str, batch: int, data_dir: str) -> np.ndarray:
+    """NumPy's inference logits on batch 0 from the initial weights."""
     model = catalogue.get(name)
-    x, y = datasets.batch(model, batch, data_dir)
-    logits = reference.forward(model, _initial(model), x.astype(np.float64))
-    return logits, reference.cross_entropy(logits, y)[0]
+    x, _ = datasets.batch(model, batch, data_dir)
+    return reference.forward(model, _initial(model), x.astype(np.float64))
 
 
 @functools.lru_cache(maxsize=4)
-def reference_sgd(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int) -> tuple[list, list]:
-    """NumPy's losses over `steps` plain-SGD steps at GATE_LR from the initial weights, and the
-    parameters before the first step and after each."""
+def gate_lr(name: str, batch: int, data_dir: str) -> float:
+    """The gate's learning rate: GATE_LR, or less where the first step's first-order loss decrease
+    (lr * |gradient|^2) would pass MAX_DROP of the loss. Past that the step leaves the region
+    where the loss is close to linear (ResNet-50 at 0.1 predicts 15 times its loss), the second
+    step's gradient amplifies the first step's float32 rounding, and two float32 runs of correct
+    code part: the step's conditioning, not the code, would decide the gate. The study's models
+    up to ResNet-20 stay at GATE_LR."""
+    model = catalogue.get(name)
+    params = _initial(model)
+    x, y = datasets.batch(model, batch, data_dir)
+    loss, grads, _ = reference.loss_and_grads(model, params, x.astype(np.float64), y)
+    drop = GATE_LR * sum(float(np.sum(g * g)) for g in grads.values()) / loss
+    return GATE_LR * min(1.0, MAX_DROP / drop)
+
+
+@functools.lru_cache(maxsize=4)
+def reference_sgd(
+    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool = False
+) -> tuple[list, list]:
+    """NumPy's losses over `steps` plain-SGD steps at gate_lr() from the initial weights, and the
+    parameters (with the running statistics) before the first step and after each. The
+    framework's conventions come with it: `lstm_biases` and `unbiased_var` (NativeModel's)."""
     model = catalogue.get(name)
     params, losses, trajectory = _initial(model), [], []
     trajectory.append(params)
+    lr = gate_lr(name, batch, data_dir)
     for i in range(steps):
         xi, yi = datasets.batch(model, batch, data_dir, i)
-        loss, params = reference.sgd_step(model, params, xi.astype(np.float64), yi, GATE_LR, lstm_biases)
+        loss, params = reference.sgd_step(model, params, xi.astype(np.float64), yi, lr, lstm_biases, unbiased_var)
         losses.append(loss)
         trajectory.append(params)
     return losses, trajectory
+
+
+@functools.lru_cache(maxsize=4)
+def float32_errors(
+    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool = False
+) -> list[dict[str, float]]:
+    """The same reference steps run in float32: per step, each tensor's update error against the
+    float64 update (as check_update measures it). That is the step's conditioning at float32,
+    measured rather than assumed: ~1e-6 for the MLP, but in a deep batch-normalised net a tensor
+    whose step barely moves it (a batch-norm scale moved by 1e-6 of its norm) or whose gradient
+    passes a channel of near-zero batch variance is a few percent off in any float32 code."""
+    model = catalogue.get(name)
+    _, trajectory = reference_sgd(name, batch, data_dir, steps, lstm_biases, unbiased_var)
+    lr = np.float32(gate_lr(name, batch, data_dir))
+    params, errors = {k: v.astype(np.float32) for k, v in trajectory[0].items()}, []
+    for i in range(steps):
+        xi, yi = datasets.batch(model, batch, data_dir, i)
+        _, after = reference.sgd_step(model, params, xi.astype(np.float32), yi, lr, lstm_biases, unbiased_var)
+        after = {k: v.astype(np.float32) for k, v in after.items()}
+        errors.append({k: _relative(after[k] - params[k], trajectory[i + 1][k] - trajectory[i][k], trajectory[i + 1][k])
+                       for k in after})
+        params = after
+    return errors
+
+
+def _relative(got: np.ndarray, want: np.ndarray, value: np.ndarray) -> float:
+    """||got - want|| relative to ||want|| (or to a millionth of the value's norm, if the want is 0)."""
+    got = np.asarray(got, dtype=np.float64)
+    scale = max(float(np.linalg.norm(want)), 1e-6 * float(np.linalg.norm(value)), 1e-30)
+    return float(np.linalg.norm(got - want)) / scale if got.shape == want.shape else np.inf
 
 
 def check_loss(what: str, got: float, want: float) -> float:
@@ -64,19 +115,24 @@ def check_loss(what: str, got: float, want: float) -> float:
     return err
 
 
-def check_update(case: Case, step: int, before: dict, after: dict, want_before: dict, want_after: dict) -> float:
+def check_update(
+    case: Case, step: int, before: dict, after: dict, want_before: dict, want_after: dict,
+    float32_error: dict | None = None,
+) -> float:
     """The worst relative error of one SGD step's update over the parameter tensors: each
     tensor's change (after - before) against NumPy's change, relative to the norm of NumPy's
-    change. Raises CorrectnessError past UPDATE_RTOL, naming the tensor. A tensor left unchanged,
+    change. Raises CorrectnessError past UPDATE_RTOL plus SLACK times `float32_error` of the
+    tensor (float32_errors(): the same step's own float32 error), naming the tensor. A tensor left unchanged,
     trained at the wrong rate or on a stale or partial gradient fails here even where its
-    weights are still close to NumPy's."""
+    weights are still close to NumPy's; so does a running mean or variance moved with the wrong
+    momentum, from the wrong statistics, or not at all."""
     worst = 0.0
     for name, ref_after in want_after.items():
-        want = ref_after - want_before[name]
+        if name not in after:
+            raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the model has no parameter {name}")
         got = np.asarray(after[name], dtype=np.float64) - np.asarray(before[name], dtype=np.float64)
-        scale = max(float(np.linalg.norm(want)), 1e-6 * float(np.linalg.norm(ref_after)), 1e-30)
-        err = float(np.linalg.norm(got - want)) / scale if got.shape == want.shape else np.inf
-        if not err <= UPDATE_RTOL:
+        err = _relative(got, ref_after - want_before[name], ref_after)
+        if not err <= UPDATE_RTOL + SLACK * (float32_error or {}).get(name, 0.0):
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in SGD step {step} differs from NumPy's by {err:.3g} of its norm")
         worst = max(worst, err)
@@ -92,15 +148,17 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
     parameter tensor with NumPy's. Returns the worst relative update error."""
     model = catalogue.get(case.name)
     batch = case.p["batch"]
-    want_losses, trajectory = reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases)
-    sgd = Optimizer("sgd", GATE_LR)
+    want_losses, trajectory = reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases,
+                                            native.unbiased_var)
+    allowed = float32_errors(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)
+    sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir))
     before, worst = native.get_params(), 0.0
     for i, want in enumerate(want_losses):
         x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
         got = _scalar(backend, native.train_step(x, y, sgd)())
         check_loss(f"{case.framework} {case.mode} {case.name}: SGD step {i} loss", got, want)
         after = native.get_params()
-        worst = max(worst, check_update(case, i, before, after, trajectory[i], trajectory[i + 1]))
+        worst = max(worst, check_update(case, i, before, after, trajectory[i], trajectory[i + 1], allowed[i]))
         before = after
     return worst
 
@@ -138,11 +196,11 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
     batch = case.p["batch"]
     params = init_params(model)
     native = backend.build(model, params, case.device, case.dtype, case.mode)
-    want_logits, want_loss = _reference_forward(case.name, batch, data_dir)
     x, y = native.inputs(*datasets.batch(model, batch, data_dir))
 
     if case.direction == "training":
         param_err = sgd_equivalence(case, backend, native, data_dir)
+        want_loss = reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)[0][0]
         native.set_params(params)
         run = native.train_step(x, y, model.optimizer)
 
@@ -150,6 +208,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
             got = _scalar(backend, result)
             return max(param_err, check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss))
     else:
+        want_logits = _reference_logits(case.name, batch, data_dir)
         run = native.infer(x)
 
         def verify(result) -> float:

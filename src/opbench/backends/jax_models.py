@@ -2,7 +2,8 @@
 
 JAX keeps parameters as arrays in a dict, so the canonical layouts (spec.py) are used as they
 are: dense weights (in, out), kernels OIHW with NCHW images, one LSTM bias with gates in the
-order input, forget, cell, output. SGD and Adam are written out (as torch.optim and Keras
+order input, forget, cell, output. Batch-norm running statistics live in the same dict
+(state, never trained; a training step returns them moved). SGD and Adam are written out (as torch.optim and Keras
 define them: Adam with bias correction, eps added to the corrected square root). Imports only JAX.
 """
 
@@ -14,27 +15,73 @@ import numpy as np
 from jax import lax
 
 from opbench.models.native import NativeModel, Slot
-from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, param_shapes
+from opbench.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    ModelSpec,
+    Optimizer,
+    Pool2D,
+    Residual,
+    is_state,
+    param_shapes,
+)
 
 
-def _layer(layer, params, i, x):
-    if isinstance(layer, Dense):
-        x = jnp.reshape(x, (x.shape[0], -1)) @ params[f"{i}.W"] + params[f"{i}.b"]
+def _batch_norm(layer: BatchNorm, path: str, params: dict, x, training: bool, state: dict):
+    """Batch norm over axis 1; in training it writes the moved running statistics into `state`."""
+    axes, shape = (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+    gamma, beta = params[f"{path}.gamma"], params[f"{path}.beta"]
+    if layer.frozen:
+        gamma, beta = lax.stop_gradient(gamma), lax.stop_gradient(beta)
+    if training and not layer.frozen:
+        mean, var = jnp.mean(x, axis=axes), jnp.var(x, axis=axes)
+        m = layer.momentum
+        state[f"{path}.mean"] = m * params[f"{path}.mean"] + (1 - m) * lax.stop_gradient(mean)
+        state[f"{path}.var"] = m * params[f"{path}.var"] + (1 - m) * lax.stop_gradient(var)
+    else:
+        mean, var = params[f"{path}.mean"], params[f"{path}.var"]
+    scale = gamma * lax.rsqrt(var + layer.eps)
+    return (x - mean.reshape(shape)) * scale.reshape(shape) + beta.reshape(shape)
+
+
+def _layer(layer, params, path: str, x, training: bool, state: dict):
+    if isinstance(layer, Residual):
+        y = _sequence(layer.body, params, f"{path}.", x, training, state)
+        if layer.shortcut is not None:
+            y = y + _sequence(layer.shortcut, params, f"{path}.s", x, training, state)
+        x = y
+    elif isinstance(layer, Dense):
+        x = jnp.reshape(x, (x.shape[0], -1)) @ params[f"{path}.W"] + params[f"{path}.b"]
     elif isinstance(layer, Conv2D):
-        x = lax.conv_general_dilated(x, params[f"{i}.W"], (layer.stride, layer.stride), [(layer.pad, layer.pad)] * 2,
-                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
-        x = x + params[f"{i}.b"].reshape(1, -1, 1, 1)
+        x = lax.conv_general_dilated(x, params[f"{path}.W"], (layer.stride, layer.stride),
+                                     [(layer.pad, layer.pad)] * 2, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        if layer.bias:
+            x = x + params[f"{path}.b"].reshape(1, -1, 1, 1)
+    elif isinstance(layer, BatchNorm):
+        x = _batch_norm(layer, path, params, x, training, state)
     elif isinstance(layer, Pool2D):
         window, strides = (1, 1, layer.size, layer.size), (1, 1, layer.stride, layer.stride)
         if layer.kind == "max":
             x = lax.reduce_window(x, -jnp.inf, lax.max, window, strides, "VALID")
         else:
             x = lax.reduce_window(x, 0.0, lax.add, window, strides, "VALID") / (layer.size * layer.size)
+    elif isinstance(layer, GlobalAvgPool):
+        x = jnp.mean(x, axis=(2, 3))
     elif isinstance(layer, Flatten):
         x = jnp.reshape(x, (x.shape[0], -1))
     elif isinstance(layer, LSTM):
-        x = _lstm(params[f"{i}.Wx"], params[f"{i}.Wh"], params[f"{i}.b"], x, layer.units)
+        x = _lstm(params[f"{path}.Wx"], params[f"{path}.Wh"], params[f"{path}.b"], x, layer.units)
     return jax.nn.relu(x) if getattr(layer, "activation", None) == "relu" else x
+
+
+def _sequence(layers: tuple, params: dict, prefix: str, x, training: bool, state: dict):
+    for i, layer in enumerate(layers):
+        x = _layer(layer, params, f"{prefix}{i}", x, training, state)
+    return x
 
 
 def _lstm(wx, wh, b, x, units):
@@ -55,15 +102,16 @@ def _lstm(wx, wh, b, x, units):
 
 
 def forward(spec: ModelSpec, params: dict, x):
-    for i, layer in enumerate(spec.layers):
-        x = _layer(layer, params, i, x)
-    return x
+    """Inference logits (batch norms on their running statistics)."""
+    return _sequence(spec.layers, params, "", x, False, {})
 
 
 def loss(spec: ModelSpec, params: dict, x, y):
-    """Softmax cross-entropy over integer labels, averaged over the batch."""
-    logp = jax.nn.log_softmax(forward(spec, params, x).astype(jnp.float32))
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+    """Softmax cross-entropy over integer labels, averaged over the batch, in training mode; with
+    the running statistics the pass moved (a dict of the state entries it changed)."""
+    state: dict = {}
+    logp = jax.nn.log_softmax(_sequence(spec.layers, params, "", x, True, state).astype(jnp.float32))
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), state
 
 
 def _sgd(opt: Optimizer):
@@ -97,7 +145,7 @@ class JaxModel(NativeModel):
         self.params = {name: None for name in param_shapes(spec)}
         self.set_params(params)
         self._forward = wrap(lambda params, x: forward(spec, params, x))
-        self._grad = jax.value_and_grad(lambda params, x, y: loss(spec, params, x, y))
+        self._grad = jax.value_and_grad(lambda params, x, y: loss(spec, params, x, y), has_aux=True)
         self._steps: dict[Optimizer, tuple] = {}  # one traced (compiled) step per optimizer, reused
 
     def inputs(self, x, y):
@@ -112,13 +160,15 @@ class JaxModel(NativeModel):
             update, init = _sgd(optimizer) if optimizer.name == "sgd" else _adam(optimizer)
 
             def step(params, state, x, y):
-                value, grads = self._grad(params, x, y)
-                params, state = update(params, grads, state)
-                return params, state, value
+                (value, running), grads = self._grad(params, x, y)
+                trained = {k: v for k, v in params.items() if not is_state(k)}
+                trained, state = update(trained, {k: grads[k] for k in trained}, state)
+                return {**params, **trained, **running}, state, value
 
             self._steps[optimizer] = self._wrap(step), init
         fn, init = self._steps[optimizer]
-        state = [jax.device_put(init(self.params), self._device)]  # committed, as its successors will be
+        trained = {k: v for k, v in self.params.items() if not is_state(k)}
+        state = [jax.device_put(init(trained), self._device)]  # committed, as its successors will be
 
         def call():
             self.params, state[0], value = jax.block_until_ready(fn(self.params, state[0], x, y))

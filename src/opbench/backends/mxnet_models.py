@@ -7,7 +7,18 @@ import numpy as np
 
 from opbench.backends._mxnet import mx
 from opbench.models.native import NativeModel, out_in_slots
-from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, layer_inputs
+from opbench.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Optimizer,
+    Pool2D,
+    Residual,
+    output_shape,
+)
 
 autograd, gluon, nn, rnn = mx.autograd, mx.gluon, mx.gluon.nn, mx.gluon.rnn
 
@@ -19,23 +30,56 @@ class _LastStep(gluon.HybridBlock):
         return F.squeeze(F.slice_axis(x, axis=1, begin=-1, end=None), axis=1)
 
 
-def _blocks(spec: ModelSpec) -> list:
-    """One Gluon block (or pair) per spec layer."""
-    blocks = []
-    for layer, shape in zip(spec.layers, layer_inputs(spec), strict=True):
-        if isinstance(layer, Dense):
-            blocks.append([nn.Dense(layer.units, activation=layer.activation, in_units=int(np.prod(shape)))])
-        elif isinstance(layer, Conv2D):
-            blocks.append([nn.Conv2D(layer.filters, layer.kernel, layer.stride, layer.pad, in_channels=shape[0],
-                                     activation=layer.activation)])
-        elif isinstance(layer, Pool2D):
-            pool = nn.MaxPool2D if layer.kind == "max" else nn.AvgPool2D
-            blocks.append([pool(layer.size, layer.stride)])
-        elif isinstance(layer, Flatten):
-            blocks.append([nn.Flatten()])
-        elif isinstance(layer, LSTM):
-            blocks.append([rnn.LSTM(layer.units, layout="NTC", input_size=shape[-1]), _LastStep()])
-    return blocks
+class _Residual(gluon.HybridBlock):
+    """activation(body(x) + shortcut(x))."""
+
+    def __init__(self, body, shortcut, relu: bool) -> None:
+        super().__init__()
+        self.relu = relu
+        with self.name_scope():
+            self.body, self.shortcut = body, shortcut
+
+    def hybrid_forward(self, F, x):
+        y = self.body(x) + self.shortcut(x) if self.shortcut is not None else self.body(x)
+        return F.relu(y) if self.relu else y
+
+
+def _group(layer, shape: tuple, path: str, leaves: dict) -> list:
+    """One spec layer as Gluon blocks; the parameterised one is recorded in `leaves` under its path."""
+    if isinstance(layer, Residual):
+        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, shape, f"{path}.s", leaves)
+        return [_Residual(_sequence(layer.body, shape, f"{path}.", leaves), shortcut, layer.activation == "relu")]
+    group = []
+    if isinstance(layer, Dense):
+        group = [nn.Dense(layer.units, activation=layer.activation, in_units=int(np.prod(shape)))]
+    elif isinstance(layer, Conv2D):
+        group = [nn.Conv2D(layer.filters, layer.kernel, layer.stride, layer.pad, in_channels=shape[0],
+                           activation=layer.activation, use_bias=layer.bias)]
+    elif isinstance(layer, BatchNorm):
+        # use_global_stats: the running statistics in training too (a frozen batch norm)
+        norm = nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=shape[0],
+                            use_global_stats=layer.frozen)
+        if layer.frozen:
+            norm.gamma.grad_req = norm.beta.grad_req = "null"
+        group = [norm, nn.Activation(layer.activation)] if layer.activation else [norm]
+    elif isinstance(layer, Pool2D):
+        group = [(nn.MaxPool2D if layer.kind == "max" else nn.AvgPool2D)(layer.size, layer.stride)]
+    elif isinstance(layer, GlobalAvgPool):
+        group = [nn.GlobalAvgPool2D(), nn.Flatten()]
+    elif isinstance(layer, Flatten):
+        group = [nn.Flatten()]
+    elif isinstance(layer, LSTM):
+        group = [rnn.LSTM(layer.units, layout="NTC", input_size=shape[-1]), _LastStep()]
+    leaves[path] = group[0]
+    return group
+
+
+def _sequence(layers: tuple, shape: tuple, prefix: str, leaves: dict) -> nn.HybridSequential:
+    seq = nn.HybridSequential()
+    for i, layer in enumerate(layers):
+        seq.add(*_group(layer, shape, f"{prefix}{i}", leaves))
+        shape = output_shape(layer, shape)
+    return seq
 
 
 def optimizer_args(optimizer: Optimizer) -> dict:
@@ -60,10 +104,8 @@ class MxnetModel(NativeModel):
         within one process); inputs and get_params use the first."""
         super().__init__(spec, device, dtype, mode)
         self._ctx = ctx[0] if isinstance(ctx, list) else ctx
-        self._blocks = _blocks(spec)
-        self.net = nn.HybridSequential()
-        for group in self._blocks:
-            self.net.add(*group)
+        self._leaves: dict = {}
+        self.net = _sequence(spec.layers, spec.input_shape, "", self._leaves)
         self.net.initialize(ctx=ctx)
         self.set_params(params)
         if mode == "hybridize":
@@ -90,11 +132,13 @@ class MxnetModel(NativeModel):
         return call
 
     def _slots(self):
-        def handles(i):
-            block = self._blocks[i][0]
+        def handles(path):
+            block = self._leaves[path]
             if isinstance(block, rnn.LSTM):
                 p = block.collect_params()
                 return tuple(_named(p, f"l0_{k}") for k in ("i2h_weight", "h2h_weight", "i2h_bias", "h2h_bias"))
+            if isinstance(block, nn.BatchNorm):
+                return block.gamma, block.beta, block.running_mean, block.running_var
             return block.weight, block.bias
 
         return out_in_slots(self.spec, handles)

@@ -7,44 +7,90 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from opbench.models.native import NativeModel, Slot, nchw_dense_rows, nhwc_dense_rows
-from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, layer_inputs
+from opbench.models.native import NativeModel, Slot, batch_norm_slots, nchw_dense_rows, nhwc_dense_rows
+from opbench.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Optimizer,
+    Pool2D,
+    Residual,
+    layer_inputs,
+    walk,
+)
 
 
-def _keras_layers(spec: ModelSpec, data_format: str) -> list:
-    """One Keras layer per spec layer (a ZeroPadding2D before a padded convolution)."""
-    fmt = "channels_last" if data_format == "NHWC" else "channels_first"
-    layers = []
-    for layer in spec.layers:
-        if isinstance(layer, Dense):
-            layers.append([keras.layers.Dense(layer.units, activation=layer.activation)])
-        elif isinstance(layer, Conv2D):
-            pad = [keras.layers.ZeroPadding2D(layer.pad, data_format=fmt)] if layer.pad else []
-            conv = keras.layers.Conv2D(layer.filters, layer.kernel, layer.stride, data_format=fmt,
-                                       activation=layer.activation)
-            layers.append([*pad, conv])
-        elif isinstance(layer, Pool2D):
-            pool = keras.layers.MaxPooling2D if layer.kind == "max" else keras.layers.AveragePooling2D
-            layers.append([pool(layer.size, layer.stride, data_format=fmt)])
-        elif isinstance(layer, Flatten):
-            # channels_last here means "flatten in memory order": Keras would otherwise permute
-            # channels_first input to (H, W, C) first.
-            layers.append([keras.layers.Flatten(data_format="channels_last")])
-        elif isinstance(layer, LSTM):
-            layers.append([keras.layers.LSTM(layer.units)])
-    return layers
+class _Residual(keras.layers.Layer):
+    """activation(body(x) + shortcut(x)); the training flag reaches the sublayers through Keras'
+    call context."""
+
+    def __init__(self, body: list, shortcut: list | None, relu: bool, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.body, self.shortcut, self.relu = body, shortcut, relu
+
+    def call(self, x):
+        y = x
+        for layer in self.body:
+            y = layer(y)
+        if self.shortcut is not None:
+            s = x
+            for layer in self.shortcut:
+                s = layer(s)
+            y = y + s
+        return keras.activations.relu(y) if self.relu else y
+
+
+def _group(layer, fmt: str, path: str, leaves: dict) -> list:
+    """One spec layer as Keras layers (a ZeroPadding2D before a padded convolution, an Activation
+    after a batch norm); the parameterised one is recorded in `leaves` under its path."""
+    channels = -1 if fmt == "channels_last" else 1
+    if isinstance(layer, Residual):
+        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, fmt, f"{path}.s", leaves)
+        return [_Residual(_sequence(layer.body, fmt, f"{path}.", leaves), shortcut, layer.activation == "relu")]
+    group = []
+    if isinstance(layer, Dense):
+        group = [keras.layers.Dense(layer.units, activation=layer.activation)]
+    elif isinstance(layer, Conv2D):
+        pad = [keras.layers.ZeroPadding2D(layer.pad, data_format=fmt)] if layer.pad else []
+        group = [*pad, keras.layers.Conv2D(layer.filters, layer.kernel, layer.stride, data_format=fmt,
+                                           activation=layer.activation, use_bias=layer.bias)]
+    elif isinstance(layer, BatchNorm):
+        norm = keras.layers.BatchNormalization(channels, momentum=layer.momentum, epsilon=layer.eps,
+                                               trainable=not layer.frozen)  # untrainable: inference behaviour
+        group = [norm, keras.layers.Activation(layer.activation)] if layer.activation else [norm]
+    elif isinstance(layer, Pool2D):
+        pool = keras.layers.MaxPooling2D if layer.kind == "max" else keras.layers.AveragePooling2D
+        group = [pool(layer.size, layer.stride, data_format=fmt)]
+    elif isinstance(layer, GlobalAvgPool):
+        group = [keras.layers.GlobalAveragePooling2D(data_format=fmt)]
+    elif isinstance(layer, Flatten):
+        # channels_last here means "flatten in memory order": Keras would otherwise permute
+        # channels_first input to (H, W, C) first.
+        group = [keras.layers.Flatten(data_format="channels_last")]
+    elif isinstance(layer, LSTM):
+        group = [keras.layers.LSTM(layer.units)]
+    leaves[path] = group[1] if isinstance(layer, Conv2D) and layer.pad else group[0]
+    return group
+
+
+def _sequence(layers: tuple, fmt: str, prefix: str, leaves: dict) -> list:
+    return [k for i, layer in enumerate(layers) for k in _group(layer, fmt, f"{prefix}{i}", leaves)]
 
 
 class TensorflowModel(NativeModel):
     def __init__(self, spec, params, device, dtype, mode, tf_dtype, tf_device, data_format, wrap):
         super().__init__(spec, device, dtype, mode)
         self._where, self._dtype, self._format, self._wrap = tf_device, tf_dtype, data_format, wrap
-        self._groups = _keras_layers(spec, data_format)
+        self._leaves: dict = {}
+        fmt = "channels_last" if data_format == "NHWC" else "channels_first"
         shape = spec.input_shape
         if len(shape) == 3 and data_format == "NHWC":
             shape = (shape[1], shape[2], shape[0])
         with tf.device(tf_device):
-            self.net = keras.Sequential([keras.Input(shape)] + [lay for group in self._groups for lay in group])
+            self.net = keras.Sequential([keras.Input(shape), *_sequence(spec.layers, fmt, "", self._leaves)])
             self.set_params(params)
         self._forward = wrap(lambda x: self.net(x, training=False))
 
@@ -90,26 +136,29 @@ class TensorflowModel(NativeModel):
         """Keras stores dense kernels (in, out), conv kernels HWIO and one LSTM bias: only the dense
         layer after Flatten needs its rows reordered, when images are NHWC."""
         shapes = layer_inputs(self.spec)
-        for i, (layer, group) in enumerate(zip(self.spec.layers, self._groups, strict=True)):
-            main = group[-1]
+        for path, layer, _ in walk(self.spec.layers, self.spec.input_shape):
+            main, i = self._leaves.get(path), int(path) if path.isdigit() else -1
             if isinstance(layer, Dense):
-                after_flatten = i and isinstance(self.spec.layers[i - 1], Flatten) and len(shapes[i - 1]) == 3
+                after_flatten = i > 0 and isinstance(self.spec.layers[i - 1], Flatten) and len(shapes[i - 1]) == 3
                 if after_flatten and self._format == "NHWC":
                     chw = shapes[i - 1]
-                    yield Slot(f"{i}.W", (main.kernel,), lambda w, c=chw: nhwc_dense_rows(w, c),
+                    yield Slot(f"{path}.W", (main.kernel,), lambda w, c=chw: nhwc_dense_rows(w, c),
                                lambda w, c=chw: nchw_dense_rows(w, c))
                 else:
-                    yield Slot(f"{i}.W", (main.kernel,))
-                yield Slot(f"{i}.b", (main.bias,))
+                    yield Slot(f"{path}.W", (main.kernel,))
+                yield Slot(f"{path}.b", (main.bias,))
             elif isinstance(layer, Conv2D):
                 hwio, oihw = (lambda w: w.transpose(2, 3, 1, 0)), (lambda w: w.transpose(3, 2, 0, 1))
-                yield Slot(f"{i}.W", (main.kernel,), hwio, oihw)
-                yield Slot(f"{i}.b", (main.bias,))
+                yield Slot(f"{path}.W", (main.kernel,), hwio, oihw)
+                if layer.bias:
+                    yield Slot(f"{path}.b", (main.bias,))
+            elif isinstance(layer, BatchNorm):
+                yield from batch_norm_slots(path, (main.gamma, main.beta, main.moving_mean, main.moving_variance))
             elif isinstance(layer, LSTM):
                 cell = main.cell
-                yield Slot(f"{i}.Wx", (cell.kernel,))
-                yield Slot(f"{i}.Wh", (cell.recurrent_kernel,))
-                yield Slot(f"{i}.b", (cell.bias,))
+                yield Slot(f"{path}.Wx", (cell.kernel,))
+                yield Slot(f"{path}.Wh", (cell.recurrent_kernel,))
+                yield Slot(f"{path}.b", (cell.bias,))
 
     def _read(self, handle):
         return np.asarray(handle.numpy(), dtype=np.float32)

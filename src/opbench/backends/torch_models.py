@@ -8,38 +8,83 @@ import torch.nn.functional as F
 from torch import nn
 
 from opbench.models.native import NativeModel, out_in_slots
-from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D, layer_inputs
+from opbench.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Optimizer,
+    Pool2D,
+    Residual,
+    output_shape,
+)
 
 
-class _Net(nn.Module):
-    """The spec's layers as torch.nn modules, applied in order."""
-
-    def __init__(self, spec: ModelSpec) -> None:
+class _Residual(nn.Module):
+    def __init__(self, body: nn.Module, shortcut: nn.Module | None, relu: bool) -> None:
         super().__init__()
-        self.spec = spec
-        mods = []
-        for layer, shape in zip(spec.layers, layer_inputs(spec), strict=True):
-            if isinstance(layer, Dense):
-                mods.append(nn.Linear(int(np.prod(shape)), layer.units))
-            elif isinstance(layer, Conv2D):
-                mods.append(nn.Conv2d(shape[0], layer.filters, layer.kernel, layer.stride, layer.pad))
-            elif isinstance(layer, Pool2D):
-                pool = nn.MaxPool2d if layer.kind == "max" else nn.AvgPool2d
-                mods.append(pool(layer.size, layer.stride))
-            elif isinstance(layer, Flatten):
-                mods.append(nn.Flatten())
-            elif isinstance(layer, LSTM):
-                mods.append(nn.LSTM(shape[-1], layer.units, batch_first=True))
-        self.mods = nn.ModuleList(mods)
+        self.body, self.shortcut, self.relu = body, shortcut, relu
 
     def forward(self, x):
-        for layer, mod in zip(self.spec.layers, self.mods, strict=True):
-            x = mod(x)
-            if isinstance(layer, LSTM):
-                x = x[0][:, -1]
-            if getattr(layer, "activation", None) == "relu":
-                x = F.relu(x)
-        return x
+        y = self.body(x) + self.shortcut(x) if self.shortcut is not None else self.body(x)
+        return F.relu(y) if self.relu else y
+
+
+class _LastStep(nn.Module):
+    """nn.LSTM's output -> the last hidden state (N, H)."""
+
+    def forward(self, out):
+        return out[0][:, -1]
+
+
+class _FrozenBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """A batch norm (any rank) that stays in inference behaviour whatever the module's mode."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.train(False)
+
+    def _check_input_dim(self, x) -> None:
+        pass
+
+    def train(self, mode: bool = True):
+        return super().train(False)
+
+
+def _module(layer, shape, path: str, leaves: dict) -> nn.Module:
+    """One spec layer as torch.nn modules; every parameterised module is recorded in `leaves` under
+    its path."""
+    if isinstance(layer, Residual):
+        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, shape, f"{path}.s", leaves)
+        return _Residual(_sequence(layer.body, shape, f"{path}.", leaves), shortcut, layer.activation == "relu")
+    if isinstance(layer, Dense):
+        mod = nn.Linear(int(np.prod(shape)), layer.units)
+    elif isinstance(layer, Conv2D):
+        mod = nn.Conv2d(shape[0], layer.filters, layer.kernel, layer.stride, layer.pad, bias=layer.bias)
+    elif isinstance(layer, BatchNorm):
+        kind = _FrozenBatchNorm if layer.frozen else nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d
+        mod = kind(shape[0], eps=layer.eps, momentum=1 - layer.momentum)  # PyTorch's momentum is the new share
+        mod.requires_grad_(not layer.frozen)
+    elif isinstance(layer, Pool2D):
+        mod = (nn.MaxPool2d if layer.kind == "max" else nn.AvgPool2d)(layer.size, layer.stride)
+    elif isinstance(layer, GlobalAvgPool):
+        mod = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    elif isinstance(layer, Flatten):
+        mod = nn.Flatten()
+    elif isinstance(layer, LSTM):
+        mod = nn.Sequential(nn.LSTM(shape[-1], layer.units, batch_first=True), _LastStep())
+    leaves[path] = mod[0] if isinstance(layer, LSTM) else mod
+    return nn.Sequential(mod, nn.ReLU()) if getattr(layer, "activation", None) == "relu" else mod
+
+
+def _sequence(layers: tuple, shape: tuple, prefix: str, leaves: dict) -> nn.Sequential:
+    mods = []
+    for i, layer in enumerate(layers):
+        mods.append(_module(layer, shape, f"{prefix}{i}", leaves))
+        shape = output_shape(layer, shape)
+    return nn.Sequential(*mods)
 
 
 def torch_optimizer(params, optimizer: Optimizer) -> torch.optim.Optimizer:
@@ -52,14 +97,21 @@ def torch_optimizer(params, optimizer: Optimizer) -> torch.optim.Optimizer:
 
 class TorchModel(NativeModel):
     lstm_biases = 2
+    unbiased_var = True  # nn.BatchNorm moves running_var with the unbiased batch variance
 
     def __init__(self, spec, params, device, dtype, mode, torch_dtype, torch_device, compile_fn):
         super().__init__(spec, device, dtype, mode)
         self._dev, self._dtype = torch_device, torch_dtype
-        self.net = _Net(spec).to(device=torch_device, dtype=torch_dtype)
+        self._leaves: dict[str, nn.Module] = {}
+        self.net = _sequence(spec.layers, spec.input_shape, "", self._leaves).to(device=torch_device, dtype=torch_dtype)
         self.set_params(params)
         self._forward = compile_fn(self.net)
         self._loss = compile_fn(lambda x, y: F.cross_entropy(self.net(x), y))
+
+    def _mode(self, training: bool) -> None:
+        """Training or inference behaviour (batch norm), switched only when it changes."""
+        if self.net.training != training:
+            self.net.train(training)
 
     def inputs(self, x, y):
         tx = torch.from_numpy(np.require(x, requirements="C")).to(device=self._dev, dtype=self._dtype)
@@ -67,15 +119,17 @@ class TorchModel(NativeModel):
 
     def infer(self, x):
         def call():
+            self._mode(False)
             with torch.no_grad():
                 return self._forward(x)
 
         return call
 
     def train_step(self, x, y, optimizer: Optimizer):
-        opt = torch_optimizer(self.net.parameters(), optimizer)
+        opt = torch_optimizer((p for p in self.net.parameters() if p.requires_grad), optimizer)
 
         def call():
+            self._mode(True)
             opt.zero_grad(set_to_none=True)
             loss = self._loss(x, y)
             loss.backward()
@@ -85,10 +139,12 @@ class TorchModel(NativeModel):
         return call
 
     def _slots(self):
-        def handles(i):
-            mod = self.net.mods[i]
+        def handles(path):
+            mod = self._leaves[path]
             if isinstance(mod, nn.LSTM):
                 return mod.weight_ih_l0, mod.weight_hh_l0, mod.bias_ih_l0, mod.bias_hh_l0
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                return mod.weight, mod.bias, mod.running_mean, mod.running_var
             return mod.weight, mod.bias
 
         return out_in_slots(self.spec, handles)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from opbench.distributed.group import WorkerGroup
-from opbench.e2e import GATE_LR, SGD_STEPS, check_loss, check_update, reference_sgd
+from opbench.e2e import SGD_STEPS, check_loss, check_update, gate_lr, reference_sgd
 from opbench.execute import CorrectnessError
 
 
@@ -39,7 +39,7 @@ def equivalence(case, group: WorkerGroup, data_dir: str, lstm_biases: int) -> fl
     """Run the gate; returns the worst relative update error; raises CorrectnessError."""
     steps = SGD_STEPS if case.rule == "sync" else 1
     want_losses, trajectory = reference_sgd(case.name, case.global_batch, data_dir, steps, lstm_biases)
-    group.ask("optimizer", name="sgd", lr=GATE_LR)
+    group.ask("optimizer", name="sgd", lr=gate_lr(case.name, case.global_batch, data_dir))
     before, worst = _params(group, "start"), 0.0
     for i, want in enumerate(want_losses):
         group.ask("batch", index=i)

@@ -5,7 +5,18 @@ Adding a model is adding a ModelSpec here; every backend builds it with no furth
 
 from __future__ import annotations
 
-from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Optimizer, Pool2D
+from opbench.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    ModelSpec,
+    Optimizer,
+    Pool2D,
+    Residual,
+)
 
 
 def _vgg_convs(widths) -> tuple:
@@ -14,6 +25,35 @@ def _vgg_convs(widths) -> tuple:
         layers += [Conv2D(w, 3, 1, 1, "relu") for w in block]
         layers.append(Pool2D("max", 2, 2))
     return tuple(layers)
+
+
+def _conv_bn(filters: int, kernel: int, stride: int = 1, activation: str | None = "relu") -> tuple:
+    """A bias-free convolution ("same" padding) and its batch norm: ResNet's unit."""
+    return Conv2D(filters, kernel, stride, kernel // 2, bias=False), BatchNorm(activation=activation)
+
+
+def _basic(width: int, stride: int, project: bool) -> Residual:
+    """He et al.'s basic block: two 3x3 convolutions; a strided 1x1 projection where the shape changes."""
+    body = (*_conv_bn(width, 3, stride), *_conv_bn(width, 3, 1, None))
+    return Residual(body, _conv_bn(width, 1, stride, None) if project else ())
+
+
+def _bottleneck(width: int, stride: int, project: bool) -> Residual:
+    """The bottleneck block (1x1 reduce, 3x3 with the stride, as torchvision's v1.5; 1x1 expand x4)."""
+    body = (*_conv_bn(width, 1), *_conv_bn(width, 3, stride), *_conv_bn(4 * width, 1, 1, None))
+    return Residual(body, _conv_bn(4 * width, 1, stride, None) if project else ())
+
+
+def _resnet(block, stem: int, widths: tuple, depths: tuple, expansion: int) -> tuple:
+    """CIFAR-style ResNet: a 3x3 stem (no max pool), stages that halve space after the first,
+    global average pooling, one dense layer to the classes."""
+    layers, channels = list(_conv_bn(stem, 3)), stem
+    for stage, (width, depth) in enumerate(zip(widths, depths, strict=True)):
+        for i in range(depth):
+            stride = 2 if stage and not i else 1
+            layers.append(block(width, stride, stride != 1 or channels != expansion * width))
+            channels = expansion * width
+    return (*layers, GlobalAvgPool(), Dense(10))
 
 
 MODELS: dict[str, ModelSpec] = {}
@@ -79,6 +119,27 @@ register(ModelSpec(
     batch={"quick": 8, "full": 128},
     dataset="imdb",
     notes="one LSTM layer of 128 units over 250x50 pre-embedded sequences (IMDB shapes), Adam 0.01",
+))
+
+register(ModelSpec(
+    name="resnet20",
+    input_shape=(3, 32, 32),
+    layers=_resnet(_basic, 16, (16, 32, 64), (3, 3, 3), 1),
+    optimizer=Optimizer("sgd", 0.1),
+    batch={"quick": 8, "full": 128},
+    dataset="cifar10",
+    notes="He et al.'s CIFAR ResNet-20: 3 stages of 3 basic blocks, 16/32/64 channels, batch norm, "
+          "1x1 projection shortcuts, SGD 0.1",
+))
+
+register(ModelSpec(
+    name="resnet50",
+    input_shape=(3, 32, 32),
+    layers=_resnet(_bottleneck, 64, (64, 128, 256, 512), (3, 4, 6, 3), 4),
+    optimizer=Optimizer("sgd", 0.1),
+    batch={"quick": 2, "full": 32},  # 32, not 128: its float64 reference gate alone takes minutes at 128
+    dataset="cifar10",
+    notes="ResNet-50 (bottleneck blocks 3-4-6-3, batch norm) on CIFAR-10 shapes with a 3x3 stem, SGD 0.1",
 ))
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.models.spec import LSTM, Conv2D, Dense, ModelSpec, Optimizer
+from opbench.models.spec import LSTM, BatchNorm, Conv2D, Dense, ModelSpec, Optimizer, walk
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class NativeModel(abc.ABC):
     """
 
     lstm_biases = 1  # bias vectors trained per LSTM gate set (PyTorch and MXNet: 2)
+    unbiased_var = False  # batch norm moves its running variance with the unbiased batch variance (PyTorch)
 
     def __init__(self, spec: ModelSpec, device: str, dtype: str, mode: str) -> None:
         self.spec, self.device, self.dtype, self.mode = spec, device, dtype, mode
@@ -82,22 +83,33 @@ class NativeModel(abc.ABC):
         return None
 
 
-def out_in_slots(spec: ModelSpec, handles: Callable[[int], tuple]) -> Iterator[Slot]:
+def batch_norm_slots(path: str, handles: tuple) -> Iterator[Slot]:
+    """A batch norm's four arrays, (gamma, beta, running mean, running variance), as every
+    framework stores them: per channel, no layout to map."""
+    for name, handle in zip(("gamma", "beta", "mean", "var"), handles, strict=True):
+        yield Slot(f"{path}.{name}", (handle,))
+
+
+def out_in_slots(spec: ModelSpec, handles: Callable[[str], tuple]) -> Iterator[Slot]:
     """Slots for frameworks that store dense weights as (out, in), kernels as OIHW and LSTM weights
-    as (4H, in) with two biases (PyTorch, MXNet). `handles(i)` gives layer i's native arrays:
-    (weight, bias), or for an LSTM (input weight, hidden weight, input bias, hidden bias)."""
+    as (4H, in) with two biases (PyTorch, MXNet). `handles(path)` gives a layer's native arrays:
+    (weight, bias), for an LSTM (input weight, hidden weight, input bias, hidden bias), for a
+    batch norm (gamma, beta, running mean, running variance)."""
     t = np.transpose
-    for i, layer in enumerate(spec.layers):
+    for path, layer, _ in walk(spec.layers, spec.input_shape):
         if isinstance(layer, (Dense, Conv2D)):
-            weight, bias = handles(i)
+            weight, bias = handles(path)
             dense = isinstance(layer, Dense)
-            yield Slot(f"{i}.W", (weight,), t if dense else None, t if dense else None)
-            yield Slot(f"{i}.b", (bias,))
+            yield Slot(f"{path}.W", (weight,), t if dense else None, t if dense else None)
+            if dense or layer.bias:
+                yield Slot(f"{path}.b", (bias,))
+        elif isinstance(layer, BatchNorm):
+            yield from batch_norm_slots(path, handles(path))
         elif isinstance(layer, LSTM):
-            wx, wh, b_in, b_hidden = handles(i)
-            yield Slot(f"{i}.Wx", (wx,), t, t)
-            yield Slot(f"{i}.Wh", (wh,), t, t)
-            yield Slot(f"{i}.b", (b_in, b_hidden))
+            wx, wh, b_in, b_hidden = handles(path)
+            yield Slot(f"{path}.Wx", (wx,), t, t)
+            yield Slot(f"{path}.Wh", (wh,), t, t)
+            yield Slot(f"{path}.b", (b_in, b_hidden))
 
 
 def nhwc_dense_rows(w: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:

@@ -1,11 +1,25 @@
 """The NumPy reference of a whole model: forward pass, cross-entropy loss, backpropagation and
-a plain SGD step, in float64, written for clarity. It is the oracle the equivalence checks use."""
+a plain SGD step, in float64, written for clarity. It is the oracle the equivalence checks use.
+Residual blocks recurse: a block's tape holds its body's and its shortcut's tapes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from opbench.models.spec import LSTM, Conv2D, Dense, Flatten, ModelSpec, Pool2D
+from opbench.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    ModelSpec,
+    Pool2D,
+    Residual,
+    walk,
+)
 from opbench.ops import conv, pooling
 
 
@@ -23,7 +37,7 @@ def _pool_fns(layer: Pool2D):
     return pooling.avgpool2d, pooling.avgpool2d_vjp
 
 
-def _lstm_forward(params, i, x, units):
+def _lstm_forward(params, i: str, x, units):
     n, t, _ = x.shape
     h, c = np.zeros((n, units)), np.zeros((n, units))
     steps = []
@@ -58,25 +72,119 @@ def _lstm_backward(params, i, x, steps, dh, units):
     return dx, {f"{i}.{k}": v for k, v in grads.items()}
 
 
-def forward(model: ModelSpec, params: dict, x: np.ndarray, tape: list | None = None) -> np.ndarray:
-    """Logits for input `x`; with a list as `tape`, records what backward() needs."""
-    for i, layer in enumerate(model.layers):
-        inp = x
+@dataclass
+class _Run:
+    """One pass: training or inference, the framework's running-variance convention, and the
+    running statistics a training pass produces."""
+
+    training: bool
+    unbiased_var: bool = False
+    state: dict = field(default_factory=dict)
+
+
+def _conv_p(layer: Conv2D) -> dict:
+    return {"k": layer.kernel, "stride": layer.stride, "pad": layer.pad}
+
+
+def _channels(x: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The axes a batch norm reduces over (all but the channel axis 1) and its broadcast shape."""
+    return (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+
+
+def _batch_norm(layer: BatchNorm, path: str, params: dict, x: np.ndarray, run: _Run) -> tuple[np.ndarray, tuple]:
+    axes, shape = _channels(x)
+    if run.training and not layer.frozen:
+        mean, var = x.mean(axis=axes), x.var(axis=axes)
+        n = x.size // x.shape[1]
+        unbiased = var * n / (n - 1) if run.unbiased_var else var
+        m = layer.momentum
+        run.state[f"{path}.mean"] = m * params[f"{path}.mean"] + (1 - m) * mean
+        run.state[f"{path}.var"] = m * params[f"{path}.var"] + (1 - m) * unbiased
+    else:
+        mean, var = params[f"{path}.mean"], params[f"{path}.var"]
+    inv = 1.0 / np.sqrt(var + layer.eps)
+    xhat = (x - mean.reshape(shape)) * inv.reshape(shape)
+    return params[f"{path}.gamma"].reshape(shape) * xhat + params[f"{path}.beta"].reshape(shape), (xhat, inv)
+
+
+def _batch_norm_vjp(layer: BatchNorm, path: str, params: dict, aux: tuple, dy: np.ndarray, run: _Run, grads: dict):
+    xhat, inv = aux
+    axes, shape = _channels(dy)
+    gamma = params[f"{path}.gamma"].reshape(shape)
+    if layer.frozen or not run.training:
+        return dy * gamma * inv.reshape(shape)
+    grads[f"{path}.gamma"], grads[f"{path}.beta"] = (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
+    mean_dy, mean_dy_xhat = dy.mean(axis=axes, keepdims=True), (dy * xhat).mean(axis=axes, keepdims=True)
+    return gamma * inv.reshape(shape) * (dy - mean_dy - xhat * mean_dy_xhat)
+
+
+def _forward(layers: tuple, prefix: str, params: dict, x: np.ndarray, run: _Run, tape: list) -> np.ndarray:
+    for i, layer in enumerate(layers):
+        path, inp, aux = f"{prefix}{i}", x, None
         if isinstance(layer, Dense):
-            x = _relu_if(layer, x @ params[f"{i}.W"] + params[f"{i}.b"])
+            x = x @ params[f"{path}.W"] + params[f"{path}.b"]
         elif isinstance(layer, Conv2D):
-            p = {"k": layer.kernel, "stride": layer.stride, "pad": layer.pad}
-            x = _relu_if(layer, conv.conv2d(p, x, params[f"{i}.W"]) + params[f"{i}.b"][:, None, None])
+            x = conv.conv2d(_conv_p(layer), x, params[f"{path}.W"])
+            if layer.bias:
+                x = x + params[f"{path}.b"][:, None, None]
+        elif isinstance(layer, BatchNorm):
+            x, aux = _batch_norm(layer, path, params, x, run)
         elif isinstance(layer, Pool2D):
             x = _pool_fns(layer)[0]({"k": layer.size, "stride": layer.stride}, x)
+        elif isinstance(layer, GlobalAvgPool):
+            x = x.mean(axis=(2, 3))
         elif isinstance(layer, Flatten):
             x = x.reshape(x.shape[0], -1)
         elif isinstance(layer, LSTM):
-            x, steps = _lstm_forward(params, i, x, layer.units)
-            inp = (inp, steps)
-        if tape is not None:
-            tape.append((inp, x))
+            x, aux = _lstm_forward(params, path, x, layer.units)
+        elif isinstance(layer, Residual):
+            aux = ([], [])
+            body = _forward(layer.body, f"{path}.", params, x, run, aux[0])
+            if layer.shortcut is None:
+                x = body
+            else:
+                x = body + (_forward(layer.shortcut, f"{path}.s", params, x, run, aux[1]) if layer.shortcut else x)
+        x = _relu_if(layer, x)
+        tape.append((inp, x, aux))
     return x
+
+
+def _backward(layers: tuple, prefix: str, params: dict, tape: list, dx: np.ndarray, run: _Run, grads: dict):
+    for i in reversed(range(len(layers))):
+        layer, path, (inp, out, aux) = layers[i], f"{prefix}{i}", tape[i]
+        if getattr(layer, "activation", None) == "relu":
+            dx = dx * (out > 0)
+        if isinstance(layer, Dense):
+            grads[f"{path}.W"], grads[f"{path}.b"] = inp.T @ dx, dx.sum(axis=0)
+            dx = dx @ params[f"{path}.W"].T
+        elif isinstance(layer, Conv2D):
+            if layer.bias:
+                grads[f"{path}.b"] = dx.sum(axis=(0, 2, 3))
+            dx, grads[f"{path}.W"] = conv.conv2d_vjp(_conv_p(layer), (inp, params[f"{path}.W"]), dx)
+        elif isinstance(layer, BatchNorm):
+            dx = _batch_norm_vjp(layer, path, params, aux, dx, run, grads)
+        elif isinstance(layer, Pool2D):
+            (dx,) = _pool_fns(layer)[1]({"k": layer.size, "stride": layer.stride}, (inp,), dx)
+        elif isinstance(layer, GlobalAvgPool):
+            dx = np.broadcast_to(dx[:, :, None, None] / (inp.shape[2] * inp.shape[3]), inp.shape)
+        elif isinstance(layer, Flatten):
+            dx = dx.reshape(inp.shape)
+        elif isinstance(layer, LSTM):
+            dx, lstm_grads = _lstm_backward(params, path, inp, aux, dx, layer.units)
+            grads.update(lstm_grads)
+        elif isinstance(layer, Residual):
+            d_body = _backward(layer.body, f"{path}.", params, aux[0], dx, run, grads)
+            if layer.shortcut:
+                d_body = d_body + _backward(layer.shortcut, f"{path}.s", params, aux[1], dx, run, grads)
+            elif layer.shortcut is not None:  # identity
+                d_body = d_body + dx
+            dx = d_body
+    return dx
+
+
+def forward(model: ModelSpec, params: dict, x: np.ndarray) -> np.ndarray:
+    """Logits for input `x` in inference mode (batch norms use their running statistics)."""
+    return _forward(model.layers, "", params, x, _Run(training=False), [])
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
@@ -90,42 +198,33 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.nda
     return loss, dlogits / n
 
 
-def loss_and_grads(model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray) -> tuple[float, dict]:
-    """The loss of one batch and the gradient of every parameter."""
-    tape: list = []
-    logits = forward(model, params, x, tape)
+def loss_and_grads(
+    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, unbiased_var: bool = False
+) -> tuple[float, dict, dict]:
+    """The loss of one batch in training mode, the gradient of every trained parameter, and the
+    running statistics the pass leaves (`unbiased_var`: the framework moves the running variance
+    with the unbiased batch variance, as PyTorch does)."""
+    run, tape = _Run(training=True, unbiased_var=unbiased_var), []
+    logits = _forward(model.layers, "", params, x, run, tape)
     loss, dx = cross_entropy(logits, y)
     grads: dict[str, np.ndarray] = {}
-    for i in reversed(range(len(model.layers))):
-        layer, (inp, out) = model.layers[i], tape[i]
-        if getattr(layer, "activation", None) == "relu":
-            dx = dx * (out > 0)
-        if isinstance(layer, Dense):
-            grads[f"{i}.W"], grads[f"{i}.b"] = inp.T @ dx, dx.sum(axis=0)
-            dx = dx @ params[f"{i}.W"].T
-        elif isinstance(layer, Conv2D):
-            p = {"k": layer.kernel, "stride": layer.stride, "pad": layer.pad}
-            grads[f"{i}.b"] = dx.sum(axis=(0, 2, 3))
-            dx, grads[f"{i}.W"] = conv.conv2d_vjp(p, (inp, params[f"{i}.W"]), dx)
-        elif isinstance(layer, Pool2D):
-            (dx,) = _pool_fns(layer)[1]({"k": layer.size, "stride": layer.stride}, (inp,), dx)
-        elif isinstance(layer, Flatten):
-            dx = dx.reshape(inp.shape)
-        elif isinstance(layer, LSTM):
-            dx, lstm_grads = _lstm_backward(params, i, inp[0], inp[1], dx, layer.units)
-            grads.update(lstm_grads)
-    return loss, grads
+    _backward(model.layers, "", params, tape, dx, run, grads)
+    return loss, grads, run.state
 
 
 def sgd_step(
-    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, lr: float, lstm_biases: int = 1
+    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, lr: float, lstm_biases: int = 1,
+    unbiased_var: bool = False,
 ) -> tuple[float, dict]:
-    """One plain SGD step: the batch's loss (before the update) and the updated parameters.
+    """One plain SGD step: the batch's loss (before the update) and the updated parameters, with
+    the running statistics the step's forward pass moved.
 
     `lstm_biases` is how many bias vectors a framework trains per LSTM gate set: PyTorch and
     MXNet train two whose sum is the canonical bias, and each receives the full gradient, so
     under SGD the sum moves `lstm_biases` times as far. That is the frameworks' real behaviour.
     """
-    loss, grads = loss_and_grads(model, params, x, y)
-    scale = {f"{i}.b": lstm_biases for i, layer in enumerate(model.layers) if isinstance(layer, LSTM)}
-    return loss, {k: v - lr * scale.get(k, 1) * grads[k] for k, v in params.items()}
+    loss, grads, state = loss_and_grads(model, params, x, y, unbiased_var)
+    scale = {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
+             if isinstance(layer, LSTM)}
+    new = {k: v - lr * scale.get(k, 1) * grads[k] if k in grads else v for k, v in params.items()}
+    return loss, {**new, **state}
