@@ -110,8 +110,8 @@ def test_residual_blocks_and_shapes():
     assert 23.4e6 < count_params(resnet50) < 23.6e6  # torchvision's 25.6M less its 1000-class layer
     blocks = [layer for layer in resnet50.layers if isinstance(layer, Residual)]
     assert len(blocks) == 16 and sum(1 for b in blocks if b.shortcut) == 4
-    assert param_shapes(resnet20)["5.s0.W"] == (32, 16, 1, 1)
     shapes = param_shapes(resnet20)
+    assert shapes["5.s0.W"] == (32, 16, 1, 1)
     assert is_state("5.s1.var") and shapes["5.s1.var"] == (32,)
     assert count_params(resnet20) == sum(int(np.prod(s)) for k, s in shapes.items() if not is_state(k))
 

@@ -44,17 +44,23 @@ def _reference_logits(name: str, batch: int, data_dir: str) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def gate_lr(name: str, batch: int, data_dir: str) -> float:
+def _first_pass(name: str, batch: int, data_dir: str, unbiased_var: bool) -> tuple[float, dict, dict]:
+    """NumPy's training pass on batch 0 from the initial weights: loss, gradients, running
+    statistics. gate_lr() and the first reference step share it."""
+    model = catalogue.get(name)
+    x, y = datasets.batch(model, batch, data_dir)
+    return reference.loss_and_grads(model, _initial(model), x.astype(np.float64), y, unbiased_var)
+
+
+def gate_lr(name: str, batch: int, data_dir: str, unbiased_var: bool = False) -> float:
     """The gate's learning rate: GATE_LR, or less where the first step's first-order loss decrease
     (lr * |gradient|^2) would pass MAX_DROP of the loss. Past that the step leaves the region
     where the loss is close to linear (ResNet-50 at 0.1 predicts 15 times its loss), the second
     step's gradient amplifies the first step's float32 rounding, and two float32 runs of correct
     code part: the step's conditioning, not the code, would decide the gate. The study's models
-    up to ResNet-20 stay at GATE_LR."""
-    model = catalogue.get(name)
-    params = _initial(model)
-    x, y = datasets.batch(model, batch, data_dir)
-    loss, grads, _ = reference.loss_and_grads(model, params, x.astype(np.float64), y)
+    up to ResNet-20 stay at GATE_LR. (`unbiased_var` changes only the running statistics, not
+    the rate: it selects the shared first pass.)"""
+    loss, grads, _ = _first_pass(name, batch, data_dir, unbiased_var)
     drop = GATE_LR * sum(float(np.sum(g * g)) for g in grads.values()) / loss
     return GATE_LR * min(1.0, MAX_DROP / drop)
 
@@ -69,10 +75,14 @@ def reference_sgd(
     model = catalogue.get(name)
     params, losses, trajectory = _initial(model), [], []
     trajectory.append(params)
-    lr = gate_lr(name, batch, data_dir)
+    lr = gate_lr(name, batch, data_dir, unbiased_var)
     for i in range(steps):
-        xi, yi = datasets.batch(model, batch, data_dir, i)
-        loss, params = reference.sgd_step(model, params, xi.astype(np.float64), yi, lr, lstm_biases, unbiased_var)
+        if i == 0:
+            loss, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
+        else:
+            xi, yi = datasets.batch(model, batch, data_dir, i)
+            loss, grads, state = reference.loss_and_grads(model, params, xi.astype(np.float64), yi, unbiased_var)
+        params = reference.sgd_update(model, params, grads, state, lr, lstm_biases)
         losses.append(loss)
         trajectory.append(params)
     return losses, trajectory
@@ -89,7 +99,7 @@ def float32_errors(
     passes a channel of near-zero batch variance is a few percent off in any float32 code."""
     model = catalogue.get(name)
     _, trajectory = reference_sgd(name, batch, data_dir, steps, lstm_biases, unbiased_var)
-    lr = np.float32(gate_lr(name, batch, data_dir))
+    lr = np.float32(gate_lr(name, batch, data_dir, unbiased_var))
     params, errors = {k: v.astype(np.float32) for k, v in trajectory[0].items()}, []
     for i in range(steps):
         xi, yi = datasets.batch(model, batch, data_dir, i)
@@ -151,7 +161,7 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
     want_losses, trajectory = reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases,
                                             native.unbiased_var)
     allowed = float32_errors(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)
-    sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir))
+    sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir, native.unbiased_var))
     before, worst = native.get_params(), 0.0
     for i, want in enumerate(want_losses):
         x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))

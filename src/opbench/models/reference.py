@@ -224,7 +224,13 @@ def sgd_step(
     under SGD the sum moves `lstm_biases` times as far. That is the frameworks' real behaviour.
     """
     loss, grads, state = loss_and_grads(model, params, x, y, unbiased_var)
+    return loss, sgd_update(model, params, grads, state, lr, lstm_biases)
+
+
+def sgd_update(model: ModelSpec, params: dict, grads: dict, state: dict, lr: float, lstm_biases: int = 1) -> dict:
+    """The parameters after a plain SGD step with `grads`, and the running statistics `state`
+    (both from loss_and_grads)."""
     scale = {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
              if isinstance(layer, LSTM)}
     new = {k: v - lr * scale.get(k, 1) * grads[k] if k in grads else v for k, v in params.items()}
-    return loss, {**new, **state}
+    return {**new, **state}

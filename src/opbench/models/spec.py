@@ -131,8 +131,8 @@ class ModelSpec:
 
 def output_shape(layer: Layer, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape (without batch) that `layer` produces from `shape`."""
-    if isinstance(layer, (BatchNorm, Residual)):
-        for inner in layer.body if isinstance(layer, Residual) else ():
+    if isinstance(layer, Residual):
+        for inner in layer.body:
             shape = output_shape(inner, shape)
     elif isinstance(layer, (Conv2D, Pool2D)):
         conv = isinstance(layer, Conv2D)
@@ -140,9 +140,11 @@ def output_shape(layer: Layer, shape: tuple[int, ...]) -> tuple[int, ...]:
         shape = (layer.filters if conv else shape[0], *(out_size(s, k, layer.stride, pad) for s in shape[1:]))
     elif isinstance(layer, (Dense, LSTM)):
         shape = (layer.units,)
-    elif isinstance(layer, (Flatten, GlobalAvgPool)):
-        shape = (int(np.prod(shape)),) if isinstance(layer, Flatten) else shape[:1]
-    else:
+    elif isinstance(layer, Flatten):
+        shape = (int(np.prod(shape)),)
+    elif isinstance(layer, GlobalAvgPool):
+        shape = shape[:1]
+    elif not isinstance(layer, BatchNorm):
         raise TypeError(f"unknown layer {layer!r}")
     return shape
 
