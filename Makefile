@@ -14,6 +14,9 @@ BENCH_ARGS ?=
 # `make bench-distributed`, tests/test_distributed.py checks faults), and leaves ResNet-50 (a minute of
 # float64 reference per framework) to `make bench`; `make test-full` checks everything.
 QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp)) and not resnet50"
+# Mixed precision in `make test`: the models but VGG and ResNet-50 in each framework's plain mode
+# (and JAX's jit), gated; every mode and model is timed in amp by `make bench`.
+AMP_QUICK ?= --precision amp --mode eager,jit -k "not vgg and not resnet50 and not (jax and eager and training)"
 
 # The roofline on the host at hand: the largest quick GEMM and the quick conv2d shapes, forward and
 # backward, every installed framework and mode, timed (a few rounds, nothing saved): none may
@@ -37,6 +40,7 @@ test: venv
 	$(BIN)/ruff check src tests benchmarks studies conftest.py
 	$(PYTEST) tests -q $(QUICK)
 	$(PYTEST) benchmarks --benchmark-disable -q $(QUICK)
+	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK)
 	$(MAKE) roofline-smoke
 	$(MAKE) docs
 
@@ -45,10 +49,10 @@ roofline-smoke: venv
 	  --benchmark-max-time=0.05 --benchmark-warmup-iterations=2 --benchmark-columns=min,median,rounds
 
 test-full:
-	$(MAKE) test QUICK=
+	$(MAKE) test QUICK= AMP_QUICK="--precision amp"
 
 bench: venv
-	$(PYTEST) benchmarks/ops benchmarks/e2e --benchmark-autosave --benchmark-max-time=0.5 \
+	$(PYTEST) benchmarks/ops benchmarks/e2e --precision float32,amp --benchmark-autosave --benchmark-max-time=0.5 \
 	  --benchmark-group-by=group --benchmark-sort=name \
 	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
 

@@ -169,6 +169,29 @@ def test_report_shows_inference_latency_percentiles_only_where_recorded(tmp_path
     assert "gemm-forward" not in section
 
 
+def test_report_shows_the_amp_speedup_over_each_models_float32_run(tmp_path, capsys):
+    model = {"flops": None, "model": "resnet20"}
+    run = write(tmp_path / "r.json", [
+        bench("test_training[torch-cpu-eager-float32-resnet20-b8]", 30e-3,
+              group="resnet20-training[cpu-float32-resnet20-b8]", **model),
+        bench("test_training[torch-cpu-eager-amp-resnet20-b8]", 20e-3,
+              group="resnet20-training[cpu-amp-resnet20-b8]", **model),
+        bench("test_training[jax-cpu-eager-float32-resnet20-b8]", 40e-3, framework="jax",
+              group="resnet20-training[cpu-float32-resnet20-b8]", **model),
+        bench("test_gemm[torch-cpu-eager-float32-64x64x64]", 1e-4),
+    ])
+    assert cli.main(["report", str(run)]) == 0
+    section = capsys.readouterr().out.split("mixed-precision speed-up: float32 time / amp time (models):")[1]
+    rows = [line.split() for line in section.splitlines() if line.startswith(("resnet20", "gemm"))]
+    assert rows == [["resnet20-training[cpu-amp-resnet20-b8]", "-", "x1.50"]]  # columns jax/eager, torch/eager
+
+
+def test_no_amp_table_without_an_amp_run(tmp_path, capsys):
+    run = write(tmp_path / "r.json", [bench("test_gemm[torch-cpu-eager-float32-64x64x64]", 1e-4)])
+    assert cli.main(["report", str(run)]) == 0
+    assert "mixed-precision" not in capsys.readouterr().out
+
+
 def test_the_report_reads_the_percentiles_measure_records():
     from opbench import measure
     from opbench.results import report

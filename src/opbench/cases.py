@@ -21,7 +21,7 @@ class Case:
     framework: str
     device: str
     mode: str
-    dtype: str
+    dtype: str  # a model's is its precision: "float32" or "amp"
     label: str  # the problem size as text, e.g. "1024x1024x1024"
     params: tuple[tuple[str, Any], ...] = ()
 
@@ -44,7 +44,8 @@ class Case:
     @property
     def markers(self) -> tuple[str, ...]:
         """The markers attached to this case's test item."""
-        return (self.framework, self.device, self.mode, self.name, self.family, self.direction)
+        amp = ("amp",) if self.kind == "model" and self.dtype == "amp" else ()
+        return (self.framework, self.device, self.mode, self.name, self.family, self.direction, *amp)
 
 
 def dims_label(*dims: int, sep: str = "x") -> str:

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from opbench import backends
+from opbench.models.precision import PRECISIONS
 
 # Every name below that concerns frameworks derives from the backends' declarations.
 FRAMEWORKS = tuple(backends.declared())
@@ -134,7 +135,9 @@ OPTIONS = (
     Option("device", "cpu", f"comma list of {', '.join(DEVICES)}"),
     Option("mode", "all", f"comma list of {', '.join(MODES)} (or all: every mode of each framework)"),
     Option("threads", str(default_threads()), "intra-op threads per framework (comma list: one process per count)"),
-    Option("dtype", "float32", f"comma list of {', '.join(DTYPES)}"),
+    Option("dtype", "float32", f"operators' dtypes: comma list of {', '.join(DTYPES)}"),
+    Option("precision", "float32", f"models' precision: comma list of {', '.join(PRECISIONS)} (amp: mixed "
+           "precision, bfloat16 on a CPU, float16 with loss scaling on a GPU)"),
     Option("profile", "quick", f"problem sizes: {', '.join(PROFILES)}"),
     Option("peak_gflops", "derive", "roofline ceiling in GFLOP/s ('derive': from the hardware, per device and dtype: "
            "cores x SIMD lanes x FMA units x 2 x maximum clock)"),
@@ -159,6 +162,7 @@ class Settings:
     modes: tuple[str, ...] = MODES
     threads: tuple[int, ...] = (default_threads(),)
     dtypes: tuple[str, ...] = ("float32",)
+    precisions: tuple[str, ...] = ("float32",)
     profile: str = "quick"
     peak_gflops: float | None = None
     roofline_slack: float = 1.5
@@ -193,6 +197,7 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         modes=parse_names(values["mode"], MODES, "mode"),
         threads=parse_threads(values["threads"], sources["threads"]),
         dtypes=parse_names(values["dtype"], DTYPES, "dtype"),
+        precisions=parse_names(values["precision"], PRECISIONS, "precision"),
         profile=parse_one(values["profile"], PROFILES, "profile"),
         # "measure" (NumPy's GEMM, before the ceiling was derived) is read as "derive"
         peak_gflops=None if peak in ("derive", "measure") else parse_number(peak, sources["peak_gflops"], above=0),

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from opbench.backends.base import Backend
 from opbench.cases import Case
 from opbench.execute import CorrectnessError, Prepared, synchronised
-from opbench.models import catalogue, datasets, reference
-from opbench.models.spec import ModelSpec, Optimizer, count_params, init_params
+from opbench.models import catalogue, datasets, precision, reference
+from opbench.models.spec import ModelSpec, Optimizer, count_params, init_params, is_state
 
 SGD_STEPS = 2
 GATE_LR = 0.1  # plain SGD in the gate, whatever the study's optimizer: updates of 1e-3..1e-1 of the weights
@@ -88,27 +89,92 @@ def reference_sgd(
     return losses, trajectory
 
 
-@functools.lru_cache(maxsize=4)
-def float32_errors(
-    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool = False
-) -> list[dict[str, float]]:
-    """The same reference steps run in float32: per step, each tensor's update error against the
-    float64 update (as check_update measures it). That is the step's conditioning at float32,
-    measured rather than assumed: ~1e-6 for the MLP, but in a deep batch-normalised net a tensor
-    whose step barely moves it (a batch-norm scale moved by 1e-6 of its norm) or whose gradient
-    passes a channel of near-zero batch variance is a few percent off in any float32 code."""
+@dataclass(frozen=True)
+class Emulation:
+    """How far the reference itself lands from float64 when it computes as a framework does in a
+    precision: float32 arrays throughout, or mixed precision emulated (precision.rounder). Per SGD
+    step: each tensor's update error (as check_update measures it), the update error of all
+    trained tensors together, and the loss's error; for inference, the logits' errors."""
+
+    updates: tuple[dict[str, float], ...] = ()
+    total: tuple[float, ...] = ()
+    loss: tuple[float, ...] = ()
+    logits_max: float = 0.0  # max |logits - float64's|
+    logits_rel: float = 0.0  # ||logits - float64's|| / ||float64's||
+
+
+def _run_in(dtype: str, model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray | None, unbiased_var: bool):
+    """The reference's training pass (loss, grads, state), or with y None its inference logits,
+    as computed in `dtype`: float32 arrays, or float64 rounded to a low precision."""
+    lowp = precision.rounder(dtype)
+    if lowp is None:
+        params, x = {k: v.astype(np.float32) for k, v in params.items()}, x.astype(np.float32)
+    if y is None:
+        return reference.forward(model, params, x, lowp)
+    return reference.loss_and_grads(model, params, x, y, unbiased_var, lowp)
+
+
+@functools.lru_cache(maxsize=8)
+def emulated_errors(
+    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool, dtype: str
+) -> Emulation:
+    """The reference's SGD steps run in `dtype` along their own trajectory (as a framework's run
+    goes), each step's update against the float64 step's. That is the step's conditioning at that
+    precision, measured rather than assumed: ~1e-6 for the MLP in float32, but in a deep
+    batch-normalised net a tensor whose step barely moves it (a batch-norm scale moved by 1e-6 of
+    its norm) or whose gradient passes a channel of near-zero batch variance is a few percent off
+    in any float32 code, and in bfloat16 every tensor's update is ~1% off."""
     model = catalogue.get(name)
-    _, trajectory = reference_sgd(name, batch, data_dir, steps, lstm_biases, unbiased_var)
-    lr = np.float32(gate_lr(name, batch, data_dir, unbiased_var))
-    params, errors = {k: v.astype(np.float32) for k, v in trajectory[0].items()}, []
+    want_losses, trajectory = reference_sgd(name, batch, data_dir, steps, lstm_biases, unbiased_var)
+    lr = gate_lr(name, batch, data_dir, unbiased_var)
+    master = np.float64 if precision.rounder(dtype) else np.float32  # the weights' own type (emulated amp's: exact)
+    params, updates, totals, losses = trajectory[0], [], [], []
     for i in range(steps):
         xi, yi = datasets.batch(model, batch, data_dir, i)
-        _, after = reference.sgd_step(model, params, xi.astype(np.float32), yi, lr, lstm_biases, unbiased_var)
-        after = {k: v.astype(np.float32) for k, v in after.items()}
-        errors.append({k: _relative(after[k] - params[k], trajectory[i + 1][k] - trajectory[i][k], trajectory[i + 1][k])
-                       for k in after})
-        params = after
-    return errors
+        loss, grads, state = _run_in(dtype, model, params, xi.astype(np.float64), yi, unbiased_var)
+        wide = {k: np.asarray(v, np.float64) for k, v in {**grads, **state}.items()}
+        got = reference.sgd_update(model, params, {k: wide[k] for k in grads}, {k: wide[k] for k in state},
+                                   lr, lstm_biases)
+        got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
+        before, after = trajectory[i], trajectory[i + 1]
+        updates.append({k: _relative(got[k] - params[k], after[k] - before[k], after[k]) for k in after})
+        totals.append(total_error(params, got, before, after))
+        losses.append(abs(float(loss) - want_losses[i]) / max(1.0, abs(want_losses[i])))
+        params = got
+    return Emulation(tuple(updates), tuple(totals), tuple(losses))
+
+
+@functools.lru_cache(maxsize=8)
+def emulated_logits(name: str, batch: int, data_dir: str, dtype: str) -> Emulation:
+    """The reference's inference logits computed in `dtype`, against float64's."""
+    model = catalogue.get(name)
+    x, _ = datasets.batch(model, batch, data_dir)
+    want = _reference_logits(name, batch, data_dir)
+    got = _run_in(dtype, model, _initial(model), x.astype(np.float64), None, False)
+    return Emulation(logits_max=float(np.max(np.abs(got - want))), logits_rel=_relative(got, want, want))
+
+
+def total_error(got_before: dict, got_after: dict, before: dict, after: dict) -> float:
+    """The update of every trained tensor together against the reference's, ||(got_after -
+    got_before) - (after - before)|| / ||after - before||: one norm over thousands of values, which
+    no chance cancellation makes small."""
+    trained = [k for k in after if not is_state(k)]
+    wide = lambda d, k: np.asarray(d[k], np.float64)
+    diff = sum(float(np.sum((wide(got_after, k) - wide(got_before, k) - (after[k] - before[k])) ** 2)) for k in trained)
+    norm = sum(float(np.sum((after[k] - before[k]) ** 2)) for k in trained)
+    return float(np.sqrt(diff / max(norm, 1e-300)))
+
+
+def check_low_precision(what: str, got: float, float32: float, low: float, dtype: str) -> None:
+    """A result labelled mixed precision must be as far from float64 as a low-precision
+    computation lands, not as close as float32's: its error must pass the geometric mean of the
+    two emulated errors (they lie ~2^16 apart for bfloat16, 2^13 for float16, so a real
+    low-precision result clears the line by a factor of ~100 and a float32 one misses it by as
+    much). A step labelled amp that computes in float32 is not timed as amp."""
+    line = float(np.sqrt(max(float32, 1e-300) * low))
+    if not got > line:
+        raise CorrectnessError(f"{what}: the result is {got:.3g} from float64's, as close as float32 computes "
+                               f"({float32:.3g}), not {dtype} ({low:.3g}): the step does not run in {dtype}")
 
 
 def _relative(got: np.ndarray, want: np.ndarray, value: np.ndarray) -> float:
@@ -118,21 +184,22 @@ def _relative(got: np.ndarray, want: np.ndarray, value: np.ndarray) -> float:
     return float(np.linalg.norm(got - want)) / scale if got.shape == want.shape else np.inf
 
 
-def check_loss(what: str, got: float, want: float) -> float:
+def check_loss(what: str, got: float, want: float, allowance: float = 0.0) -> float:
+    """The loss against NumPy's: within LOSS_RTOL, plus `allowance` (relative, the precision's)."""
     err = abs(got - want)
-    if not np.isfinite(got) or err > LOSS_RTOL * max(1.0, abs(want)):
+    if not np.isfinite(got) or err > (LOSS_RTOL + allowance) * max(1.0, abs(want)):
         raise CorrectnessError(f"{what}: {got:.6g} != NumPy {want:.6g}")
     return err
 
 
 def check_update(
     case: Case, step: int, before: dict, after: dict, want_before: dict, want_after: dict,
-    float32_error: dict | None = None,
+    emulated_error: dict | None = None,
 ) -> float:
     """The worst relative error of one SGD step's update over the parameter tensors: each
     tensor's change (after - before) against NumPy's change, relative to the norm of NumPy's
-    change. Raises CorrectnessError past UPDATE_RTOL plus SLACK times `float32_error` of the
-    tensor (float32_errors(): the same step's own float32 error), naming the tensor. A tensor left unchanged,
+    change. Raises CorrectnessError past UPDATE_RTOL plus SLACK times `emulated_error` of the
+    tensor (emulated_errors(): the same step's own error in the precision), naming the tensor. A tensor left unchanged,
     trained at the wrong rate or on a stale or partial gradient fails here even where its
     weights are still close to NumPy's; so does a running mean or variance moved with the wrong
     momentum, from the wrong statistics, or not at all."""
@@ -142,7 +209,7 @@ def check_update(
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the model has no parameter {name}")
         got = np.asarray(after[name], dtype=np.float64) - np.asarray(before[name], dtype=np.float64)
         err = _relative(got, ref_after - want_before[name], ref_after)
-        if not err <= UPDATE_RTOL + SLACK * (float32_error or {}).get(name, 0.0):
+        if not err <= UPDATE_RTOL + SLACK * (emulated_error or {}).get(name, 0.0):
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in SGD step {step} differs from NumPy's by {err:.3g} of its norm")
         worst = max(worst, err)
@@ -154,23 +221,37 @@ def _scalar(backend: Backend, loss) -> float:
 
 
 def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> float:
-    """Run SGD_STEPS plain-SGD steps at GATE_LR; compare each loss and each step's update of every
-    parameter tensor with NumPy's. Returns the worst relative update error."""
+    """Run SGD_STEPS plain-SGD steps at the gate's rate; compare each loss and each step's update
+    of every parameter tensor with NumPy's, within what the case's precision allows (for amp, and
+    the check that it computes in low precision at all). Returns the worst relative update error."""
     model = catalogue.get(case.name)
     batch = case.p["batch"]
-    want_losses, trajectory = reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases,
-                                            native.unbiased_var)
-    allowed = float32_errors(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)
+    key = (case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)
+    want_losses, trajectory = reference_sgd(*key)
+    lowp = precision.compute_dtype(case.dtype, case.device)
+    allowed = emulated_errors(*key, lowp)
     sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir, native.unbiased_var))
     before, worst = native.get_params(), 0.0
+    what = f"{case.framework} {case.mode} {case.name}"
     for i, want in enumerate(want_losses):
         x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
         got = _scalar(backend, native.train_step(x, y, sgd)())
-        check_loss(f"{case.framework} {case.mode} {case.name}: SGD step {i} loss", got, want)
+        check_loss(f"{what}: SGD step {i} loss", got, want, loss_allowance(allowed, i, want, lowp))
         after = native.get_params()
-        worst = max(worst, check_update(case, i, before, after, trajectory[i], trajectory[i + 1], allowed[i]))
+        worst = max(worst, check_update(case, i, before, after, trajectory[i], trajectory[i + 1], allowed.updates[i]))
+        if i == 0 and lowp != "float32":
+            f32 = emulated_errors(*key, "float32")
+            check_low_precision(f"{what}: SGD step 0's update", total_error(before, after, *trajectory[:2]),
+                                f32.total[0], allowed.total[0], lowp)
         before = after
     return worst
+
+
+def loss_allowance(emulation: Emulation, step: int, loss: float, dtype: str) -> float:
+    """SLACK times the precision's own loss error in this step, and in low precision at least
+    SLACK times one rounding of the loss (a single scalar's error can cancel by chance)."""
+    floor = precision.UNIT_ROUNDOFF[dtype] * abs(loss) / max(1.0, abs(loss)) if dtype != "float32" else 0.0
+    return SLACK * max(emulation.loss[step], floor)
 
 
 TARGET_FRACTION = 0.2  # time to target: until the loss is a fifth of chance's, ln(classes) / 5
@@ -210,29 +291,40 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
 
     if case.direction == "training":
         param_err = sgd_equivalence(case, backend, native, data_dir)
-        want_loss = reference_sgd(case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)[0][0]
+        key = (case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)
+        want_loss = reference_sgd(*key)[0][0]
+        lowp = precision.compute_dtype(case.dtype, case.device)
+        allowance = loss_allowance(emulated_errors(*key, lowp), 0, want_loss, lowp)
         native.set_params(params)
         run = native.train_step(x, y, model.optimizer)
 
         def verify(result) -> float:
             got = _scalar(backend, result)
-            return max(param_err, check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss))
+            return max(param_err, check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss,
+                                             allowance))
     else:
         want_logits = _reference_logits(case.name, batch, data_dir)
+        lowp = precision.compute_dtype(case.dtype, case.device)
+        allowed = emulated_logits(case.name, batch, data_dir, lowp).logits_max if lowp != "float32" else 0.0
         run = native.infer(x)
 
         def verify(result) -> float:
-            logits = backend.to_numpy(result)
+            logits = backend.to_numpy(result).astype(np.float64)
             err = float(np.max(np.abs(logits - want_logits))) if logits.shape == want_logits.shape else np.inf
-            if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(want_logits)))):
+            if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(want_logits)))) + SLACK * allowed:
                 raise CorrectnessError(
                     f"{case.framework} {case.mode} {case.name}: logits differ from NumPy by {err:.3g}"
                 )
+            if lowp != "float32":
+                f32, low = (emulated_logits(case.name, batch, data_dir, t).logits_rel for t in ("float32", lowp))
+                check_low_precision(f"{case.framework} {case.mode} {case.name}: logits",
+                                    _relative(logits, want_logits, want_logits), f32, low, lowp)
             return err
 
     call = synchronised(run, backend, case.device)
     extra = {"batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
-             "data": "real" if data_dir else "synthetic"}
+             "data": "real" if data_dir else "synthetic", "precision": case.dtype,
+             "compute_dtype": precision.compute_dtype(case.dtype, case.device)}
     prepared = Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
                         peak_memory=native.peak_memory)
     if case.direction == "training":

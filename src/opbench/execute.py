@@ -17,6 +17,7 @@ from opbench import backends, data, ops
 from opbench.backends.base import Backend, Unavailable
 from opbench.cases import Case
 from opbench.layout import from_native, to_native
+from opbench.models import precision
 
 
 class CorrectnessError(AssertionError):
@@ -63,10 +64,13 @@ def require(case: Case) -> Backend:
     backend = require_framework(case.framework, case.device)
     if case.mode not in backend.modes:
         raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
-    if case.dtype not in backend.dtypes(case.device):
-        raise Unavailable(f"{case.framework} does not compute in {case.dtype} on the {case.device}")
-    if case.kind == "model" and case.dtype != "float32":
-        raise Unavailable("end-to-end models are measured in float32 only")
+    dtype = precision.compute_dtype(case.dtype, case.device) if case.kind == "model" else case.dtype
+    if dtype not in backend.dtypes(case.device):
+        raise Unavailable(f"{case.framework} does not compute in {dtype} on the {case.device}")
+    if case.kind == "model" and case.dtype == "amp":
+        reason = backend.amp_unavailable(case.device)
+        if reason:
+            raise Unavailable(reason)
     if case.kind == "op":
         spec = ops.get(case.name)
         if spec.creation and case.mode != "eager":

@@ -90,6 +90,7 @@ def marker_names() -> dict[str, str]:
     names |= {d: f"{d} pass" for d in DIRECTIONS}
     names |= {m: f"model {m}" for m in catalogue.MODELS}
     names |= {"e2e": "end-to-end model benchmark"}
+    names |= {"amp": "end-to-end model in automatic mixed precision (--precision amp)"}
     names |= {"distributed": "data-parallel training over several worker processes"}
     names |= {e.name: f"distributed engine: {e.title}" for e in ENGINES.values()}
     names |= {r: f"{r}hronous parameter updates" for e in ENGINES.values() for r in e.rules}
@@ -183,8 +184,8 @@ def model_cases(settings: Settings, direction: str) -> list[Case]:
                     continue
                 for mode in settings.framework_modes(framework):
                     for device in settings.devices:
-                        for dtype in settings.dtypes:
-                            cases.append(Case("model", name, "e2e", direction, framework, device, mode, dtype,
+                        for precision in settings.precisions:
+                            cases.append(Case("model", name, "e2e", direction, framework, device, mode, precision,
                                               f"{name}-b{batch}", (("batch", batch),)))
     return cases
 
@@ -287,6 +288,7 @@ def header(config: pytest.Config, state: State) -> list[str]:
     bs = getattr(config, "_benchmarksession", None)
     lines = [
         f"opbench: profile={s.profile} devices={','.join(s.devices)} dtypes={','.join(s.dtypes)} "
+        f"precisions={','.join(s.precisions)} "
         f"threads={state.threads} modes={','.join(s.modes)} malloc={state.malloc.split()[0]} "
         f"warmup={'on' if bs is not None and bs.options['warmup'] else 'off'}"
     ]

@@ -70,6 +70,11 @@ class Backend(abc.ABC):
         """The dtypes this framework computes in on `device`."""
         return ("float32", "float16", "bfloat16")
 
+    def amp_unavailable(self, device: str) -> str | None:
+        """Why this framework's models cannot train and infer in automatic mixed precision on
+        `device` (opbench.models.precision), or None when they can."""
+        return None
+
     def image_layout(self, device: str) -> str:
         """The layout of image tensors on `device`: "NCHW" or "NHWC"."""
         return "NCHW"

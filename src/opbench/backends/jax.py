@@ -22,6 +22,7 @@ import numpy as np
 from jax import lax
 
 from opbench.backends.base import Backend, Call, Framework
+from opbench.models import precision
 from opbench.roofline import GpuFacts
 
 # Both modes compile per input shape: op by op, JAX compiles each primitive for each new shape.
@@ -130,8 +131,9 @@ class JaxBackend(Backend):
     def build(self, model, params, device, dtype, mode):
         from opbench.backends import jax_models
 
-        return jax_models.JaxModel(model, params, device, dtype, mode, self._device(device), _DTYPES[dtype],
-                                   lambda fn: self._mode(fn, mode))
+        lowp = precision.compute_dtype(dtype, device)
+        return jax_models.JaxModel(model, params, device, dtype, mode, self._device(device), _DTYPES["float32"],
+                                   lambda fn: self._mode(fn, mode), None if lowp == "float32" else _DTYPES[lowp])
 
     def info(self) -> dict[str, Any]:
         import jaxlib

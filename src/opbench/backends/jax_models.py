@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from opbench.models import precision
 from opbench.models.native import NativeModel, Slot
 from opbench.models.spec import (
     LSTM,
@@ -34,6 +35,7 @@ from opbench.models.spec import (
 def _batch_norm(layer: BatchNorm, path: str, params: dict, x, training: bool, state: dict):
     """Batch norm over axis 1; in training it writes the moved running statistics into `state`."""
     axes, shape = (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+    x_in, x = x, x.astype(jnp.float32)  # statistics and normalisation in float32, under amp too
     gamma, beta = params[f"{path}.gamma"], params[f"{path}.beta"]
     if layer.frozen:
         gamma, beta = lax.stop_gradient(gamma), lax.stop_gradient(beta)
@@ -45,7 +47,7 @@ def _batch_norm(layer: BatchNorm, path: str, params: dict, x, training: bool, st
     else:
         mean, var = params[f"{path}.mean"], params[f"{path}.var"]
     scale = gamma * lax.rsqrt(var + layer.eps)
-    return (x - mean.reshape(shape)) * scale.reshape(shape) + beta.reshape(shape)
+    return ((x - mean.reshape(shape)) * scale.reshape(shape) + beta.reshape(shape)).astype(x_in.dtype)
 
 
 def _layer(layer, params, path: str, x, training: bool, state: dict):
@@ -101,15 +103,26 @@ def _lstm(wx, wh, b, x, units):
     return h
 
 
-def forward(spec: ModelSpec, params: dict, x):
+def _cast(params: dict, x, amp):
+    """Mixed precision: what the matrix products read (their weights and biases, the input) in the
+    low-precision type `amp`; the float32 masters stay the differentiated arguments, so their
+    gradients come back float32. Batch norms keep float32 scales and statistics."""
+    if amp is None:
+        return params, x
+    return {k: v.astype(amp) if k.endswith(precision.PRODUCT_PARAMS) else v for k, v in params.items()}, x.astype(amp)
+
+
+def forward(spec: ModelSpec, params: dict, x, amp=None):
     """Inference logits (batch norms on their running statistics)."""
+    params, x = _cast(params, x, amp)
     return _sequence(spec.layers, params, "", x, False, {})
 
 
-def loss(spec: ModelSpec, params: dict, x, y):
+def loss(spec: ModelSpec, params: dict, x, y, amp=None):
     """Softmax cross-entropy over integer labels, averaged over the batch, in training mode; with
     the running statistics the pass moved (a dict of the state entries it changed)."""
     state: dict = {}
+    params, x = _cast(params, x, amp)
     logp = jax.nn.log_softmax(_sequence(spec.layers, params, "", x, True, state).astype(jnp.float32))
     return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), state
 
@@ -139,13 +152,27 @@ def _adam(opt: Optimizer):
 
 
 class JaxModel(NativeModel):
-    def __init__(self, spec, params, device, dtype, mode, jax_device, jax_dtype, wrap):
+    """`amp`: the low-precision type of mixed precision (float32 master weights, products and
+    activations in `amp`), None for float32. float16 scales the loss by precision.LOSS_SCALE
+    (static: the gradients are unscaled before the update)."""
+
+    def __init__(self, spec, params, device, dtype, mode, jax_device, jax_dtype, wrap, amp=None):
         super().__init__(spec, device, dtype, mode)
         self._device, self._dtype, self._wrap = jax_device, jax_dtype, wrap
         self.params = {name: None for name in param_shapes(spec)}
         self.set_params(params)
-        self._forward = wrap(lambda params, x: forward(spec, params, x))
-        self._grad = jax.value_and_grad(lambda params, x, y: loss(spec, params, x, y), has_aux=True)
+        self._forward = wrap(lambda params, x: forward(spec, params, x, amp))
+        scale = precision.LOSS_SCALE if amp == jnp.float16 else 1.0
+
+        def scaled(params, x, y):
+            value, running = loss(spec, params, x, y, amp)
+            return value * scale, (value, running)
+
+        def grad(params, x, y):
+            (_, (value, running)), grads = jax.value_and_grad(scaled, has_aux=True)(params, x, y)
+            return (value, running), {k: g / scale for k, g in grads.items()} if scale != 1.0 else grads
+
+        self._grad = grad
         self._steps: dict[Optimizer, tuple] = {}  # one traced (compiled) step per optimizer, reused
 
     def inputs(self, x, y):

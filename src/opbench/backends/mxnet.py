@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from opbench.backends._mxnet import autograd, gluon, mx
-from opbench.backends.base import Backend, Call, Framework
+from opbench.backends.base import Backend, Call, Framework, Unavailable
 
 FRAMEWORK = Framework(name="mxnet", title="MXNet", package="mxnet", modes=("eager", "hybridize"), order=3)
 
@@ -60,6 +60,10 @@ class MxnetBackend(Backend):
 
     def dtypes(self, device: str) -> tuple[str, ...]:
         return tuple(_DTYPES)
+
+    def amp_unavailable(self, device: str) -> str | None:
+        return ("MXNet's AMP (mxnet.contrib.amp.init) patches every operator of the process, irreversibly and "
+                "before any model is built, so it cannot run beside the float32 benchmarks of one session")
 
     @staticmethod
     def _ctx(device: str):
@@ -135,6 +139,8 @@ class MxnetBackend(Backend):
 
         if mode not in self.modes:
             raise self.no_mode(mode)
+        if dtype != "float32":
+            raise Unavailable(self.amp_unavailable(device))
         return mxnet_models.MxnetModel(model, params, device, dtype, mode, self._ctx(device))
 
     def info(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from opbench.backends.base import Backend, Call, Framework
+from opbench.models import precision
 from opbench.roofline import GpuFacts
 
 FRAMEWORK = Framework(name="tensorflow", title="TensorFlow", package="tensorflow", modes=("eager", "graph", "xla"),
@@ -122,9 +123,11 @@ class TensorflowBackend(Backend):
     def build(self, model, params, device, dtype, mode):
         from opbench.backends import tensorflow_models
 
-        return tensorflow_models.TensorflowModel(model, params, device, dtype, mode, _DTYPES[dtype],
+        lowp = precision.compute_dtype(dtype, device)
+        return tensorflow_models.TensorflowModel(model, params, device, dtype, mode, _DTYPES["float32"],
                                                  _DEVICES[device], self.image_layout(device),
-                                                 lambda fn: self._mode(fn, mode))
+                                                 lambda fn: self._mode(fn, mode),
+                                                 None if lowp == "float32" else f"mixed_{lowp}")
 
     def info(self) -> dict[str, Any]:
         build = tf.sysconfig.get_build_info()

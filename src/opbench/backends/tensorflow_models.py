@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from opbench.models import precision
 from opbench.models.native import NativeModel, Slot, batch_norm_slots, nchw_dense_rows, nhwc_dense_rows
 from opbench.models.spec import (
     LSTM,
@@ -43,54 +44,62 @@ class _Residual(keras.layers.Layer):
         return keras.activations.relu(y) if self.relu else y
 
 
-def _group(layer, fmt: str, path: str, leaves: dict) -> list:
+def _group(layer, fmt: str, path: str, leaves: dict, kw: dict) -> list:
     """One spec layer as Keras layers (a ZeroPadding2D before a padded convolution, an Activation
-    after a batch norm); the parameterised one is recorded in `leaves` under its path."""
+    after a batch norm); the parameterised one is recorded in `leaves` under its path. `kw` goes
+    to every layer: the dtype policy under mixed precision."""
     channels = -1 if fmt == "channels_last" else 1
     if isinstance(layer, Residual):
-        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, fmt, f"{path}.s", leaves)
-        return [_Residual(_sequence(layer.body, fmt, f"{path}.", leaves), shortcut, layer.activation == "relu")]
+        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, fmt, f"{path}.s", leaves, kw)
+        body = _sequence(layer.body, fmt, f"{path}.", leaves, kw)
+        return [_Residual(body, shortcut, layer.activation == "relu", **kw)]
     group = []
     if isinstance(layer, Dense):
-        group = [keras.layers.Dense(layer.units, activation=layer.activation)]
+        group = [keras.layers.Dense(layer.units, activation=layer.activation, **kw)]
     elif isinstance(layer, Conv2D):
-        pad = [keras.layers.ZeroPadding2D(layer.pad, data_format=fmt)] if layer.pad else []
+        pad = [keras.layers.ZeroPadding2D(layer.pad, data_format=fmt, **kw)] if layer.pad else []
         group = [*pad, keras.layers.Conv2D(layer.filters, layer.kernel, layer.stride, data_format=fmt,
-                                           activation=layer.activation, use_bias=layer.bias)]
+                                           activation=layer.activation, use_bias=layer.bias, **kw)]
     elif isinstance(layer, BatchNorm):
         norm = keras.layers.BatchNormalization(channels, momentum=layer.momentum, epsilon=layer.eps,
-                                               trainable=not layer.frozen)  # untrainable: inference behaviour
-        group = [norm, keras.layers.Activation(layer.activation)] if layer.activation else [norm]
+                                               trainable=not layer.frozen, **kw)  # untrainable: inference behaviour
+        group = [norm, keras.layers.Activation(layer.activation, **kw)] if layer.activation else [norm]
     elif isinstance(layer, Pool2D):
         pool = keras.layers.MaxPooling2D if layer.kind == "max" else keras.layers.AveragePooling2D
-        group = [pool(layer.size, layer.stride, data_format=fmt)]
+        group = [pool(layer.size, layer.stride, data_format=fmt, **kw)]
     elif isinstance(layer, GlobalAvgPool):
-        group = [keras.layers.GlobalAveragePooling2D(data_format=fmt)]
+        group = [keras.layers.GlobalAveragePooling2D(data_format=fmt, **kw)]
     elif isinstance(layer, Flatten):
         # channels_last here means "flatten in memory order": Keras would otherwise permute
         # channels_first input to (H, W, C) first.
-        group = [keras.layers.Flatten(data_format="channels_last")]
+        group = [keras.layers.Flatten(data_format="channels_last", **kw)]
     elif isinstance(layer, LSTM):
-        group = [keras.layers.LSTM(layer.units)]
+        group = [keras.layers.LSTM(layer.units, **kw)]
     leaves[path] = group[1] if isinstance(layer, Conv2D) and layer.pad else group[0]
     return group
 
 
-def _sequence(layers: tuple, fmt: str, prefix: str, leaves: dict) -> list:
-    return [k for i, layer in enumerate(layers) for k in _group(layer, fmt, f"{prefix}{i}", leaves)]
+def _sequence(layers: tuple, fmt: str, prefix: str, leaves: dict, kw: dict) -> list:
+    return [k for i, layer in enumerate(layers) for k in _group(layer, fmt, f"{prefix}{i}", leaves, kw)]
 
 
 class TensorflowModel(NativeModel):
-    def __init__(self, spec, params, device, dtype, mode, tf_dtype, tf_device, data_format, wrap):
+    """`policy`: a Keras mixed-precision policy ("mixed_bfloat16", "mixed_float16") given to every
+    layer, None for float32. Under mixed_float16 a LossScaleOptimizer scales the loss
+    (precision.LOSS_SCALE to start, dynamic after)."""
+
+    def __init__(self, spec, params, device, dtype, mode, tf_dtype, tf_device, data_format, wrap, policy=None):
         super().__init__(spec, device, dtype, mode)
         self._where, self._dtype, self._format, self._wrap = tf_device, tf_dtype, data_format, wrap
+        self._policy = policy
         self._leaves: dict = {}
         fmt = "channels_last" if data_format == "NHWC" else "channels_first"
         shape = spec.input_shape
         if len(shape) == 3 and data_format == "NHWC":
             shape = (shape[1], shape[2], shape[0])
+        kw = {"dtype": keras.DTypePolicy(policy)} if policy else {}
         with tf.device(tf_device):
-            self.net = keras.Sequential([keras.Input(shape), *_sequence(spec.layers, fmt, "", self._leaves)])
+            self.net = keras.Sequential([keras.Input(shape), *_sequence(spec.layers, fmt, "", self._leaves, kw)])
             self.set_params(params)
         self._forward = wrap(lambda x: self.net(x, training=False))
 
@@ -114,14 +123,18 @@ class TensorflowModel(NativeModel):
             else:
                 opt = keras.optimizers.Adam(optimizer.lr, beta_1=optimizer.beta1, beta_2=optimizer.beta2,
                                             epsilon=optimizer.eps)
+            if self._policy == "mixed_float16":
+                opt = keras.optimizers.LossScaleOptimizer(opt, initial_scale=precision.LOSS_SCALE)
             variables = self.net.trainable_variables
             opt.build(variables)
+        scaled = isinstance(opt, keras.optimizers.LossScaleOptimizer)
 
         def step(x, y):
             with tf.GradientTape() as tape:
-                logits = self.net(x, training=True)
+                logits = tf.cast(self.net(x, training=True), tf.float32)
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-            opt.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+                target = opt.scale_loss(loss) if scaled else loss
+            opt.apply_gradients(zip(tape.gradient(target, variables), variables, strict=True))
             return loss
 
         fn = self._wrap(step)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from opbench.backends.base import Backend, Call, Framework
+from opbench.models import precision
 from opbench.roofline import GpuFacts
 
 FRAMEWORK = Framework(name="torch", title="PyTorch", package="torch", modes=("eager", "compile"), order=1,
@@ -104,8 +105,9 @@ class TorchBackend(Backend):
         if mode == "compile":
             torch._dynamo.reset()
         compile_fn = (lambda fn: torch.compile(fn, dynamic=False)) if mode == "compile" else (lambda fn: fn)
-        return torch_models.TorchModel(model, params, device, dtype, mode, _DTYPES[dtype], _DEVICES[device],
-                                       compile_fn)
+        lowp = precision.compute_dtype(dtype, device)
+        return torch_models.TorchModel(model, params, device, dtype, mode, _DTYPES["float32"], _DEVICES[device],
+                                       compile_fn, None if lowp == "float32" else _DTYPES[lowp])
 
     def info(self) -> dict[str, Any]:
         info = {

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from opbench.models import precision
 from opbench.models.native import NativeModel, out_in_slots
 from opbench.models.spec import (
     LSTM,
@@ -96,17 +97,29 @@ def torch_optimizer(params, optimizer: Optimizer) -> torch.optim.Optimizer:
 
 
 class TorchModel(NativeModel):
+    """`amp`: the low-precision type of torch.autocast (mixed precision), None for float32. Under
+    float16 a GradScaler scales the loss (precision.LOSS_SCALE to start, dynamic after)."""
+
     lstm_biases = 2
     unbiased_var = True  # nn.BatchNorm moves running_var with the unbiased batch variance
 
-    def __init__(self, spec, params, device, dtype, mode, torch_dtype, torch_device, compile_fn):
+    def __init__(self, spec, params, device, dtype, mode, torch_dtype, torch_device, compile_fn, amp=None):
         super().__init__(spec, device, dtype, mode)
-        self._dev, self._dtype = torch_device, torch_dtype
+        self._dev, self._dtype, self._amp = torch_device, torch_dtype, amp
         self._leaves: dict[str, nn.Module] = {}
         self.net = _sequence(spec.layers, spec.input_shape, "", self._leaves).to(device=torch_device, dtype=torch_dtype)
         self.set_params(params)
-        self._forward = compile_fn(self.net)
-        self._loss = compile_fn(lambda x, y: F.cross_entropy(self.net(x), y))
+        self._forward = compile_fn(self._logits)
+        self._loss = compile_fn(lambda x, y: F.cross_entropy(self._logits(x).float(), y))
+
+    def _logits(self, x):
+        with torch.autocast(torch.device(self._dev).type, self._amp, enabled=self._amp is not None):
+            return self.net(x)
+
+    def _scaler(self) -> torch.amp.GradScaler | None:
+        if self._amp != torch.float16:
+            return None
+        return torch.amp.GradScaler(torch.device(self._dev).type, init_scale=precision.LOSS_SCALE)
 
     def _mode(self, training: bool) -> None:
         """Training or inference behaviour (batch norm), switched only when it changes."""
@@ -127,13 +140,19 @@ class TorchModel(NativeModel):
 
     def train_step(self, x, y, optimizer: Optimizer):
         opt = torch_optimizer((p for p in self.net.parameters() if p.requires_grad), optimizer)
+        scaler = self._scaler()
 
         def call():
             self._mode(True)
             opt.zero_grad(set_to_none=True)
             loss = self._loss(x, y)
-            loss.backward()
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
             return loss.detach()
 
         return call

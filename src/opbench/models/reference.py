@@ -1,13 +1,17 @@
 """The NumPy reference of a whole model: forward pass, cross-entropy loss, backpropagation and
 a plain SGD step, in float64, written for clarity. It is the oracle the equivalence checks use.
-Residual blocks recurse: a block's tape holds its body's and its shortcut's tapes."""
+Residual blocks recurse: a block's tape holds its body's and its shortcut's tapes. `lowp` (a
+rounder of opbench.models.precision) emulates mixed precision: what a framework stores in the
+low-precision type is rounded to it, the arithmetic between stays float64."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from opbench.models import precision
 from opbench.models.spec import (
     LSTM,
     BatchNorm,
@@ -72,14 +76,32 @@ def _lstm_backward(params, i, x, steps, dh, units):
     return dx, {f"{i}.{k}": v for k, v in grads.items()}
 
 
+def _exact(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+Rounder = Callable[[np.ndarray], np.ndarray]
+
+
 @dataclass
 class _Run:
-    """One pass: training or inference, the framework's running-variance convention, and the
-    running statistics a training pass produces."""
+    """One pass: training or inference, the framework's running-variance convention, the
+    running statistics a training pass produces, and the rounding of what flows between layers
+    (exact, or to a low precision)."""
 
     training: bool
     unbiased_var: bool = False
     state: dict = field(default_factory=dict)
+    round: Rounder = _exact
+
+
+def _start(params: dict, x: np.ndarray, run: _Run, lowp: Rounder | None) -> tuple[dict, np.ndarray]:
+    """The parameters as the layers read them and the input, rounded under mixed precision (the
+    master parameters, running statistics and batch-norm scales stay as they are)."""
+    if lowp is None:
+        return params, x
+    run.round = lowp
+    return {k: lowp(v) if k.endswith(precision.PRODUCT_PARAMS) else v for k, v in params.items()}, lowp(x)
 
 
 def _conv_p(layer: Conv2D) -> dict:
@@ -144,7 +166,7 @@ def _forward(layers: tuple, prefix: str, params: dict, x: np.ndarray, run: _Run,
                 x = body
             else:
                 x = body + (_forward(layer.shortcut, f"{path}.s", params, x, run, aux[1]) if layer.shortcut else x)
-        x = _relu_if(layer, x)
+        x = run.round(_relu_if(layer, x))
         tape.append((inp, x, aux))
     return x
 
@@ -179,12 +201,15 @@ def _backward(layers: tuple, prefix: str, params: dict, tape: list, dx: np.ndarr
             elif layer.shortcut is not None:  # identity
                 d_body = d_body + dx
             dx = d_body
+        dx = run.round(dx)
     return dx
 
 
-def forward(model: ModelSpec, params: dict, x: np.ndarray) -> np.ndarray:
+def forward(model: ModelSpec, params: dict, x: np.ndarray, lowp: Rounder | None = None) -> np.ndarray:
     """Logits for input `x` in inference mode (batch norms use their running statistics)."""
-    return _forward(model.layers, "", params, x, _Run(training=False), [])
+    run = _Run(training=False)
+    params, x = _start(params, x, run, lowp)
+    return _forward(model.layers, "", params, x, run, [])
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
@@ -199,17 +224,19 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.nda
 
 
 def loss_and_grads(
-    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, unbiased_var: bool = False
+    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, unbiased_var: bool = False,
+    lowp: Rounder | None = None,
 ) -> tuple[float, dict, dict]:
     """The loss of one batch in training mode, the gradient of every trained parameter, and the
     running statistics the pass leaves (`unbiased_var`: the framework moves the running variance
-    with the unbiased batch variance, as PyTorch does)."""
+    with the unbiased batch variance, as PyTorch does; `lowp`: mixed precision, emulated)."""
     run, tape = _Run(training=True, unbiased_var=unbiased_var), []
-    logits = _forward(model.layers, "", params, x, run, tape)
+    used, x = _start(params, x, run, lowp)
+    logits = _forward(model.layers, "", used, x, run, tape)
     loss, dx = cross_entropy(logits, y)
     grads: dict[str, np.ndarray] = {}
-    _backward(model.layers, "", params, tape, dx, run, grads)
-    return loss, grads, run.state
+    _backward(model.layers, "", used, tape, run.round(dx), run, grads)
+    return loss, {k: run.round(g) for k, g in grads.items()}, run.state
 
 
 def sgd_step(

@@ -135,13 +135,39 @@ METRICS = (
 LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENTILES)} (inference)"
 
 
+AMP_TITLE = "mixed-precision speed-up: float32 time / amp time (models)"
+
+
+def float32_twin(row: str) -> str | None:
+    """The row of the float32 run of an amp model row ("resnet20-training[cpu-amp-...]" ->
+    "resnet20-training[cpu-float32-...]"); None for any other row."""
+    head, sep, rest = row.partition("[")
+    device, _, tail = rest.partition("-")
+    return f"{head}{sep}{device}-float32-{tail.removeprefix('amp-')}" if tail.startswith("amp-") else None
+
+
+def _amp_rows(g: Grid) -> list[tuple[str, ...]]:
+    out = []
+    for r in g.rows:
+        twin = float32_twin(r)
+        if twin is None or twin not in g.rows:
+            continue
+        amp, full = g.row(r), g.row(twin)
+        out.append((r, *(f"x{full[c].median / amp[c].median:.2f}" if c in amp and c in full else "-"
+                         for c in g.columns)))
+    return out
+
+
 def tables(g: Grid) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
     """(title, header, rows) for every metric; the latency table only over the rows that have
-    latencies, and only when there are any."""
+    latencies, the mixed-precision table only over amp rows with a float32 twin, each only when
+    there are any."""
     header = ("benchmark", *g.columns)
     out = [(title, header, _metric_rows(g, metric)) for title, metric in METRICS]
     rows = [row for row in _metric_rows(g, _latencies) if any(cell != "-" for cell in row[1:])]
-    return out + ([(LATENCY_TITLE, header, rows)] if rows else [])
+    out += [(LATENCY_TITLE, header, rows)] if rows else []
+    amp = _amp_rows(g)
+    return out + ([(AMP_TITLE, header, amp)] if amp else [])
 
 
 def format_text(runs: list[Run], markdown: bool = False) -> str:

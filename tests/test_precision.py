@@ -1,0 +1,101 @@
+"""Mixed precision (--precision amp): the setting, the cases and their skips, the reference's
+emulation of it, the gate's low-precision check, and the gate on every layer kind in every
+framework that runs it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from opbench import backends, execute
+from opbench.cases import Case
+from opbench.config import ConfigError, Settings, resolve
+from opbench.e2e import CorrectnessError, check_low_precision, prepare_model
+from opbench.models import catalogue, datasets, precision, reference
+from opbench.models.spec import init_params
+from opbench.plugin import model_cases
+from tests.helpers import load_or_skip
+from tests.test_models import SMALL, model_case
+
+FRAMEWORKS = backends.taking_part("models")
+
+
+def test_the_precision_setting_defaults_to_float32_and_refuses_unknown_names():
+    assert resolve({}, environ={}).precisions == ("float32",)
+    assert resolve({}, environ={"OPBENCH_PRECISION": "float32,amp"}).precisions == ("float32", "amp")
+    with pytest.raises(ConfigError, match="unknown precision 'fp8'; valid: float32, amp"):
+        resolve({"precision": "fp8"}, environ={})
+
+
+def test_amp_cases_carry_the_precision_in_their_id_and_the_amp_marker():
+    settings = Settings(frameworks=("torch",), modes=("eager",), precisions=("float32", "amp"))
+    cases = [c for c in model_cases(settings, "training") if c.name == "mlp"]
+    assert [c.id for c in cases] == ["torch-cpu-eager-float32-mlp-b128", "torch-cpu-eager-amp-mlp-b128"]
+    assert ["amp" in c.markers for c in cases] == [False, True]
+
+
+def test_amp_computes_in_bfloat16_on_a_cpu_and_float16_on_a_gpu():
+    assert precision.compute_dtype("amp", "cpu") == "bfloat16"
+    assert precision.compute_dtype("amp", "gpu") == "float16"
+    assert precision.compute_dtype("float32", "gpu") == "float32"
+    with pytest.raises(ValueError, match="unknown precision"):
+        precision.compute_dtype("float16", "cpu")
+
+
+def test_rounders_round_to_the_nearest_low_precision_value():
+    bf16, fp16 = precision.rounder("bfloat16"), precision.rounder("float16")
+    x = np.array([1 + 2.0**-9, 1 + 3 * 2.0**-9, 1 + 2.0**-12, 1e-3])
+    assert list(bf16(x)[:2]) == [1.0, 1 + 2.0**-7]  # ties to even; 8 bits of significand
+    assert fp16(x)[2] == 1.0 and abs(fp16(x)[3] - 1e-3) <= 2.0**-11 * 1e-3
+    assert precision.rounder("float32") is None
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_reference_emulates_mixed_precision_at_its_roundoff(dtype):
+    """Rounded where a framework stores the low-precision type, the reference's logits and
+    gradients move by about the type's unit roundoff: far from float64, and far from zero."""
+    model = catalogue.get("lenet")
+    params = {k: v.astype(np.float64) for k, v in init_params(model).items()}
+    x, y = datasets.synthetic(model, 8)
+    x = x.astype(np.float64)
+    u = precision.UNIT_ROUNDOFF[dtype]
+    exact, low = (reference.forward(model, params, x, lowp) for lowp in (None, precision.rounder(dtype)))
+    rel = np.linalg.norm(low - exact) / np.linalg.norm(exact)
+    assert u / 10 < rel < 10 * u
+    _, g_exact, _ = reference.loss_and_grads(model, params, x, y)
+    _, g_low, _ = reference.loss_and_grads(model, params, x, y, lowp=precision.rounder(dtype))
+    rel = np.linalg.norm(g_low["0.W"] - g_exact["0.W"]) / np.linalg.norm(g_exact["0.W"])
+    assert u / 10 < rel < 100 * u
+
+
+def test_the_low_precision_check_tells_bfloat16_from_float32():
+    check_low_precision("x", got=3e-3, float32=2e-7, low=3e-3, dtype="bfloat16")
+    with pytest.raises(CorrectnessError, match=r"as close as float32 computes .* does not run in bfloat16"):
+        check_low_precision("x", got=5e-7, float32=2e-7, low=3e-3, dtype="bfloat16")
+
+
+def test_mxnet_amp_is_a_skip_with_its_reason():
+    load_or_skip("mxnet")
+    case = Case("model", "mlp", "e2e", "training", "mxnet", "cpu", "eager", "amp", "mlp-b128", (("batch", 128),))
+    with pytest.raises(backends.Unavailable, match="does not compute in bfloat16"):
+        execute.require(case)
+    assert "patches every operator of the process" in backends.load("mxnet").amp_unavailable("gpu")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("direction", ["training", "inference"])
+def test_every_layer_kind_passes_the_amp_gate(framework, direction, monkeypatch):
+    """Batch norms (frozen too), shortcuts of every kind and global pooling in bfloat16, gated
+    against the emulated reference, and found to compute in bfloat16."""
+    backend = load_or_skip(framework)
+    monkeypatch.setitem(catalogue.MODELS, "bn-zoo", SMALL["bn-zoo"])
+    case = dataclasses.replace(model_case(framework, "bn-zoo", direction, batch=4), dtype="amp")
+    try:
+        execute.require(case)
+    except backends.Unavailable as exc:
+        pytest.skip(str(exc))
+    prepared = prepare_model(case, backend)
+    assert np.isfinite(prepared.verify(prepared.call()))
+    assert prepared.extra["compute_dtype"] == "bfloat16"
