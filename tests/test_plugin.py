@@ -107,7 +107,8 @@ def test_header_and_saved_result(suite):
     result = suite.runpytest(
         "--framework", "numpy", "-k", "relu", "--benchmark-json", str(out), "--benchmark-max-time=0.01",
     )
-    result.stdout.fnmatch_lines(["opbench: profile=quick devices=cpu dtypes=float32 threads=*", "  numpy *: threads *"])
+    result.stdout.fnmatch_lines(["opbench: profile=quick devices=cpu dtypes=float32 precisions=float32 threads=*",
+                                 "  numpy *: threads *"])
     result.assert_outcomes(passed=1)
     saved = json.loads(out.read_text())
     bench = saved["benchmarks"][0]
