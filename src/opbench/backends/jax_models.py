@@ -182,7 +182,7 @@ class JaxModel(NativeModel):
     def infer(self, x):
         return lambda: jax.block_until_ready(self._forward(self.params, x))
 
-    def train_step(self, x, y, optimizer: Optimizer):
+    def trainer(self, optimizer: Optimizer):
         if optimizer not in self._steps:
             update, init = _sgd(optimizer) if optimizer.name == "sgd" else _adam(optimizer)
 
@@ -197,7 +197,7 @@ class JaxModel(NativeModel):
         trained = {k: v for k, v in self.params.items() if not is_state(k)}
         state = [jax.device_put(init(trained), self._device)]  # committed, as its successors will be
 
-        def call():
+        def call(x, y):
             self.params, state[0], value = jax.block_until_ready(fn(self.params, state[0], x, y))
             return value
 

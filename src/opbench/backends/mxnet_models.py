@@ -98,6 +98,7 @@ def mxnet_optimizer(optimizer: Optimizer, rescale_grad: float):
 
 class MxnetModel(NativeModel):
     lstm_biases = 2
+    adam_eps_corrected = False  # mx.optimizer.Adam: w -= lr_t * m / (sqrt(v) + eps), lr_t bias-corrected
 
     def __init__(self, spec, params, device, dtype, mode, ctx):
         """`ctx`: one context, or a list of them for one copy of the weights on each (data parallel
@@ -118,11 +119,11 @@ class MxnetModel(NativeModel):
     def infer(self, x):
         return lambda: self.net(x)
 
-    def train_step(self, x, y, optimizer: Optimizer):
+    def trainer(self, optimizer: Optimizer):
         trainer = gluon.Trainer(self.net.collect_params(), optimizer.name, optimizer_args(optimizer))
-        batch = x.shape[0]
 
-        def call():
+        def call(x, y):
+            batch = x.shape[0]
             with autograd.record():
                 losses = self._loss(self.net(x), y)
             losses.backward()

@@ -84,9 +84,12 @@ def _sequence(layers: tuple, fmt: str, prefix: str, leaves: dict, kw: dict) -> l
 
 
 class TensorflowModel(NativeModel):
-    """`policy`: a Keras mixed-precision policy ("mixed_bfloat16", "mixed_float16") given to every
+    """Keras' Adam adds its epsilon to sqrt(v) before the bias correction (adam_eps_corrected).
+    `policy`: a Keras mixed-precision policy ("mixed_bfloat16", "mixed_float16") given to every
     layer, None for float32. Under mixed_float16 a LossScaleOptimizer scales the loss
     (precision.LOSS_SCALE to start, dynamic after)."""
+
+    adam_eps_corrected = False
 
     def __init__(self, spec, params, device, dtype, mode, tf_dtype, tf_device, data_format, wrap, policy=None):
         super().__init__(spec, device, dtype, mode)
@@ -116,7 +119,7 @@ class TensorflowModel(NativeModel):
 
         return call
 
-    def train_step(self, x, y, optimizer: Optimizer):
+    def trainer(self, optimizer: Optimizer):
         with tf.device(self._where):
             if optimizer.name == "sgd":
                 opt = keras.optimizers.SGD(optimizer.lr)
@@ -139,7 +142,7 @@ class TensorflowModel(NativeModel):
 
         fn = self._wrap(step)
 
-        def call():
+        def call(x, y):
             with tf.device(self._where):
                 return fn(x, y)
 

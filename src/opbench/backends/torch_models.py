@@ -138,11 +138,11 @@ class TorchModel(NativeModel):
 
         return call
 
-    def train_step(self, x, y, optimizer: Optimizer):
+    def trainer(self, optimizer: Optimizer):
         opt = torch_optimizer((p for p in self.net.parameters() if p.requires_grad), optimizer)
         scaler = self._scaler()
 
-        def call():
+        def call(x, y):
             self._mode(True)
             opt.zero_grad(set_to_none=True)
             loss = self._loss(x, y)

@@ -27,11 +27,15 @@ class NativeModel(abc.ABC):
     """A model built by one framework from a ModelSpec and the canonical parameters.
 
     `inputs` converts a NumPy batch once; `infer` and `train_step` return zero-argument callables
-    (tracing or compiling on their first call) that run one forward pass or one training step.
+    (tracing or compiling on their first call) that run one forward pass or one training step;
+    `trainer` a step function over any batch, its optimizer kept between calls (whole runs).
     """
 
     lstm_biases = 1  # bias vectors trained per LSTM gate set (PyTorch and MXNet: 2)
     unbiased_var = False  # batch norm moves its running variance with the unbiased batch variance (PyTorch)
+    # Adam adds eps to the bias-corrected root, sqrt(v / (1 - beta2^t)) (PyTorch, opbench's JAX), or to
+    # sqrt(v) before the correction is folded into the rate (Keras, MXNet): eps / sqrt(1 - beta2^t) the other way
+    adam_eps_corrected = True
 
     def __init__(self, spec: ModelSpec, device: str, dtype: str, mode: str) -> None:
         self.spec, self.device, self.dtype, self.mode = spec, device, dtype, mode
@@ -45,9 +49,15 @@ class NativeModel(abc.ABC):
         """A callable returning the logits of batch x (no gradient tape)."""
 
     @abc.abstractmethod
+    def trainer(self, optimizer: Optimizer) -> Callable[[Any, Any], Any]:
+        """A step function with one fresh optimizer that persists across its calls: step(x, y)
+        runs one training step (forward, loss, backward, update) on a batch made by inputs()
+        and returns the batch's loss before the update."""
+
     def train_step(self, x: Any, y: Any, optimizer: Optimizer) -> Callable[[], Any]:
-        """A callable running one step (forward, loss, backward, update) with a fresh optimizer;
-        it returns the batch's loss before the update."""
+        """A callable running one step on (x, y) with a fresh optimizer (the timed step)."""
+        step = self.trainer(optimizer)
+        return lambda: step(x, y)
 
     @abc.abstractmethod
     def _slots(self) -> Iterator[Slot]:

@@ -261,3 +261,25 @@ def sgd_update(model: ModelSpec, params: dict, grads: dict, state: dict, lr: flo
              if isinstance(layer, LSTM)}
     new = {k: v - lr * scale.get(k, 1) * grads[k] if k in grads else v for k, v in params.items()}
     return {**new, **state}
+
+
+def adam_update(
+    model: ModelSpec, params: dict, grads: dict, state: dict, moments: tuple, step: int, opt, lstm_biases: int = 1,
+    eps_corrected: bool = True,
+) -> tuple[dict, tuple]:
+    """The parameters after Adam step number `step` (from 1) with bias correction, and the moments
+    after it ((m, v), dicts; empty dicts before the first step). eps is added to the corrected
+    square root sqrt(v / (1 - beta2^t)) as torch.optim.Adam does, or (`eps_corrected` False) to
+    sqrt(v) with the correction folded into the rate, as Keras and MXNet do: the same as
+    eps / sqrt(1 - beta2^t) added to the corrected root. A framework that trains two LSTM biases
+    moves their sum twice as far (`lstm_biases`, as in sgd_update)."""
+    m, v = moments
+    m = {k: opt.beta1 * m.get(k, 0.0) + (1 - opt.beta1) * g for k, g in grads.items()}
+    v = {k: opt.beta2 * v.get(k, 0.0) + (1 - opt.beta2) * g * g for k, g in grads.items()}
+    c1, c2 = 1 - opt.beta1**step, 1 - opt.beta2**step
+    eps = opt.eps if eps_corrected else opt.eps / np.sqrt(c2)
+    scale = {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
+             if isinstance(layer, LSTM)}
+    new = {k: p - scale.get(k, 1) * opt.lr * (m[k] / c1) / (np.sqrt(v[k] / c2) + eps) if k in grads else p
+           for k, p in params.items()}
+    return {**new, **state}, (m, v)
