@@ -12,8 +12,10 @@ BENCH_ARGS ?=
 # with the global batch split, for every engine and update rule (each case starts 2-4 processes that
 # import their framework: 10-25 s; the other models, 1 worker and weak scaling are left to
 # `make bench-distributed`, tests/test_distributed.py checks faults), and leaves ResNet-50 (a minute of
-# float64 reference per framework) to `make bench`; `make test-full` checks everything.
-QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp)) and not resnet50"
+# float64 reference per framework) to `make bench`, and eager JAX's convergence runs on the embedded
+# digits (one epoch: minutes of per-primitive compilation) to `make bench-convergence`; `make test-full`
+# checks everything.
+QUICK ?= -k "not (jax and (vgg or (eager and (training or convergence)))) and not (data_parallel and not (w2 and strong and mlp)) and not resnet50"
 # Mixed precision in `make test`: the models but VGG and ResNet-50 in each framework's plain mode
 # (and JAX's jit), gated; every mode and model is timed in amp by `make bench`.
 AMP_QUICK ?= --precision amp --mode eager,jit -k "not vgg and not resnet50 and not (jax and eager and training)"
@@ -23,7 +25,7 @@ AMP_QUICK ?= --precision amp --mode eager,jit -k "not vgg and not resnet50 and n
 # exceed the ceiling derived from this machine's CPU.
 SMOKE := -m "gemm or conv2d" -k "1024x1024x1024 or 16x64x32x32 or 16x128x16x16"
 
-.PHONY: venv test test-full bench bench-distributed roofline-smoke docs report lint clean
+.PHONY: venv test test-full bench bench-convergence bench-distributed roofline-smoke docs report lint clean
 
 venv: $(STAMP)
 
@@ -55,6 +57,13 @@ bench: venv
 	$(PYTEST) benchmarks/ops benchmarks/e2e --precision float32,amp --benchmark-autosave --benchmark-max-time=0.5 \
 	  --benchmark-group-by=group --benchmark-sort=name \
 	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
+
+# Whole training runs on real data (the embedded MNIST digits; --data-dir for more): 8 epochs, 3
+# timed runs per framework and mode after a gated one; `opbench report` adds the time-to-accuracy
+# tables and --plots the accuracy curves.
+bench-convergence: venv
+	$(PYTEST) benchmarks/convergence --profile full --benchmark-autosave --benchmark-group-by=group \
+	  --benchmark-sort=name --benchmark-columns=median,rounds -q $(BENCH_ARGS)
 
 # Data-parallel training on each framework's own engine, 1 and 2 workers (OPBENCH_WORKERS), strong and
 # weak scaling; saved like `make bench`, and `opbench report` adds the scaling table.

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opbench import backends, execute, ops
+from opbench import backends, convergence, execute, ops
 from opbench.cases import Case
 from opbench.e2e import prepare_model
 from opbench.execute import CorrectnessError
 from opbench.layout import from_native, to_native
 from opbench.models import catalogue
-from opbench.models.spec import BatchNorm, ModelSpec, Residual
+from opbench.models.spec import BatchNorm, Conv2D, Dense, GlobalAvgPool, ModelSpec, Optimizer, Residual, init_params
 from opbench.ops import activations, conv, normalization
 from tests.helpers import edge_case
 
@@ -216,6 +216,109 @@ def model_survives(mutant: ModelMutant, framework: str) -> str | None:
         except CorrectnessError:
             return None
     return f"passed with recorded error {err:.3g}"
+
+
+# --- convergence runs ------------------------------------------------------------------------
+class _WrongFeed(convergence.Feed):
+    """A framework's input pipeline that departs from the plan in one way."""
+
+    def __init__(self, plan: convergence.Feed, how: str) -> None:
+        super().__init__(plan.split, plan.batch)
+        self.how = how
+
+    def epoch(self, index: int):
+        batches = super().epoch(index)
+        if self.how == "order":  # its own shuffle: another seed
+            return super().epoch(index + 1000)
+        if self.how == "drop last":
+            return batches[:-1]
+        if self.how == "repeat last":
+            return [*batches, batches[-1]]
+        return batches
+
+    def heldout(self):
+        if self.how == "training as held-out":
+            x, y = self.training()
+            return x[:len(self.split.y_held)], y[:len(self.split.y_held)]
+        return super().heldout()
+
+
+@dataclass(frozen=True)
+class ConvergenceMutant:
+    """A wrong training run: its input pipeline (`how`), or an evaluation in training mode."""
+
+    name: str
+    model: str
+    why: str
+    how: str = ""
+    train_mode_eval: bool = False
+
+
+CONVERGENCE_MUTANTS = (
+    ConvergenceMutant("own shuffle order", "mlp", "the framework's loader shuffles with its own seed", how="order"),
+    ConvergenceMutant("last partial batch dropped", "mlp", "drop_last / drop_remainder", how="drop last"),
+    ConvergenceMutant("last partial batch repeated", "mlp", "the last batch padded by repeating it",
+                      how="repeat last"),
+    ConvergenceMutant("training accuracy as held-out", "mlp", "held-out accuracy measured on training samples",
+                      how="training as held-out"),
+    ConvergenceMutant("evaluated in training mode", "digits-bn", "batch norm keeps batch statistics at evaluation",
+                      train_mode_eval=True),
+)
+
+# An MNIST-shaped model with batch norm, where evaluating in training mode changes the logits.
+DIGITS_BN = ModelSpec("digits-bn", (1, 28, 28), (
+    Conv2D(4, 5, 2, 0, bias=False), BatchNorm(activation="relu"), GlobalAvgPool(), Dense(10)),
+    Optimizer("sgd", 0.05), {"quick": 64, "full": 64}, "mnist")
+
+
+def convergence_survives(mutant: ConvergenceMutant, framework: str) -> str | None:
+    """None when the convergence gate catches the mutant in one epoch of eager training."""
+    backend = backends.load(framework)
+    model = DIGITS_BN if mutant.model == DIGITS_BN.name else catalogue.get(mutant.model)
+    with _registered(model):
+        plan = convergence.Feed(convergence.split_of(model.name))
+        native = backend.build(model, init_params(model), "cpu", "float32", "eager")
+        if mutant.train_mode_eval:
+            native.infer = _training_mode_infer(native, framework)
+        case = Case("model", model.name, "convergence", "convergence", framework, "cpu", "eager", "float32",
+                    f"{model.name}-b64-e1", (("batch", 64), ("epochs", 1)))
+        curve = convergence.train(native, backend, model, _WrongFeed(plan, mutant.how), 1)
+        try:
+            agreed = convergence.check_plan_and_curve(case, native, plan, curve, "")
+            convergence.check_evaluation(case, plan, curve)
+        except CorrectnessError:
+            return None
+    return f"passed, following the reference for {agreed} steps"
+
+
+@contextlib.contextmanager
+def _registered(model: ModelSpec) -> Iterator[None]:
+    added = model.name not in catalogue.MODELS
+    catalogue.MODELS.setdefault(model.name, model)
+    try:
+        yield
+    finally:
+        if added:
+            del catalogue.MODELS[model.name]
+            convergence.split_of.cache_clear()
+            convergence.reference_losses.cache_clear()
+
+
+def _training_mode_infer(native, framework: str):
+    """The framework's own forward pass in training mode (batch statistics), as inference."""
+    if framework != "torch":
+        raise backends.Unavailable("the training-mode evaluation mutant is written for PyTorch")
+    import torch
+
+    def infer(x):
+        def call():
+            native.net.train(True)
+            with torch.no_grad():
+                return native.net(x)
+
+        return call
+
+    return infer
 
 
 # --- operators ------------------------------------------------------------------------------

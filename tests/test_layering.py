@@ -17,7 +17,7 @@ LAYERS = {
     0: {"__init__", "messages", "files", "processes", "cases", "data", "layout"},
     1: {"backends", "ops", "models", "roofline"},
     2: {"config", "session", "known_issues"},
-    3: {"execute", "e2e", "measure", "fingerprint", "allocator", "suite", "sweep", "distributed"},
+    3: {"execute", "e2e", "convergence", "measure", "fingerprint", "allocator", "suite", "sweep", "distributed"},
     4: {"results"},
     5: {"plugin", "gate", "testing", "cli", "__main__"},
 }

@@ -29,3 +29,14 @@ def test_operator_mutant_is_caught(mutant, framework):
     except backends.Unavailable as exc:
         pytest.skip(str(exc))
     assert survived is None, f"{mutant.gate} gate: {mutant.name} ({mutant.why}) {survived}"
+
+
+@pytest.mark.parametrize("framework", mutants.FRAMEWORKS)
+@pytest.mark.parametrize("mutant", mutants.CONVERGENCE_MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
+def test_convergence_mutant_is_caught(mutant, framework):
+    try:
+        backends.load(framework)
+        survived = mutants.convergence_survives(mutant, framework)
+    except backends.Unavailable as exc:
+        pytest.skip(str(exc))
+    assert survived is None, f"convergence gate: {mutant.name} ({mutant.why}) {survived}"

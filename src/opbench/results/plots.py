@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from opbench.files import replace_atomic
+from opbench.results.convergence import found as converged
 from opbench.results.scaling import curves as worker_curves
 from opbench.results.store import Bench, Identity, Run
 
@@ -155,10 +156,36 @@ def data_parallel(runs: list[Run], folder: Path) -> list[Path]:
     return paths
 
 
+def convergence(runs: list[Run], folder: Path) -> list[Path]:
+    """Held-out accuracy against training time and against steps, one figure per convergence
+    group (model, batch, epochs, device, precision), a line per framework/mode, the target dotted."""
+    by_row: dict[str, list] = defaultdict(list)
+    for c in converged(runs):
+        by_row[c.row].append(c)
+    paths = []
+    for row, items in sorted(by_row.items()):
+        fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        for c in sorted(items, key=lambda c: c.column):
+            points = c.extra["curve"]
+            acc = [p["heldout_acc"] for p in points]
+            by_time.plot([p["seconds"] for p in points], acc, marker="o", label=c.column)
+            by_step.plot([p["step"] for p in points], acc, marker="o", label=c.column)
+        target = items[0].extra.get("target_accuracy")
+        for ax, xlabel in ((by_time, "training time (s, synchronised steps)"), (by_step, "steps")):
+            if target:
+                ax.axhline(target, linestyle=":", color="grey")
+            ax.set_xlabel(xlabel)
+        by_time.set_ylabel("held-out accuracy")
+        by_time.legend(fontsize=7)
+        fig.suptitle(f"{row}: held-out accuracy (dotted: target)")
+        paths.append(_save(fig, folder, f"convergence-{_slug(row)}.png"))
+    return paths
+
+
 def all_plots(runs: list[Run], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     return bars_per_operator(runs, folder) + scaling(runs, folder) + thread_scaling(runs, folder) + \
-        training_steps(runs, folder) + data_parallel(runs, folder)
+        training_steps(runs, folder) + data_parallel(runs, folder) + convergence(runs, folder)
 
 
 def _slug(text: str) -> str:

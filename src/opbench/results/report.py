@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opbench.results import scaling
+from opbench.results import convergence, scaling
 from opbench.results.store import Bench, Run
 from opbench.results.tables import fmt_time, table
 
@@ -184,4 +184,5 @@ def format_text(runs: list[Run], markdown: bool = False) -> str:
         lines += ["", f"## {title}" if markdown else f"{title}:"]
         lines += table(header, rows, markdown)
     lines += scaling.format_lines(runs, markdown)
+    lines += convergence.format_lines(runs, markdown)
     return "\n".join(lines)
