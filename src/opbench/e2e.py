@@ -30,6 +30,10 @@ LOSS_RTOL = 1e-4  # first loss and SGD losses, relative
 LOGIT_TOL = 1e-3  # inference logits: max abs error / max(1, max|ref|)
 UPDATE_RTOL = 1e-3  # each tensor's update in each SGD step: ||got - ref|| / ||ref|| (float32 gives <= 8.4e-5)
 SLACK = 10.0  # ... plus this many times NumPy's own float32 error on that tensor and step (its conditioning)
+# ... and never more than this, whatever the conditioning: an update 3/4 of its norm away from the reference's
+# is not that update (a frozen layer's is 1). The largest measured of correct code: 0.52, bfloat16 VGG-10's
+# first dense layer in TensorFlow XLA and JAX; ResNet-50 in bfloat16: 0.32.
+MAX_UPDATE_ERR = 0.75
 
 
 def _initial(model: ModelSpec) -> dict[str, np.ndarray]:
@@ -199,7 +203,8 @@ def check_update(
     """The worst relative error of one SGD step's update over the parameter tensors: each
     tensor's change (after - before) against NumPy's change, relative to the norm of NumPy's
     change. Raises CorrectnessError past UPDATE_RTOL plus SLACK times `emulated_error` of the
-    tensor (emulated_errors(): the same step's own error in the precision), naming the tensor. A tensor left unchanged,
+    tensor (emulated_errors(): the same step's own error in the precision), or past
+    MAX_UPDATE_ERR, naming the tensor. A tensor left unchanged,
     trained at the wrong rate or on a stale or partial gradient fails here even where its
     weights are still close to NumPy's; so does a running mean or variance moved with the wrong
     momentum, from the wrong statistics, or not at all."""
@@ -209,7 +214,7 @@ def check_update(
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the model has no parameter {name}")
         got = np.asarray(after[name], dtype=np.float64) - np.asarray(before[name], dtype=np.float64)
         err = _relative(got, ref_after - want_before[name], ref_after)
-        if not err <= UPDATE_RTOL + SLACK * (emulated_error or {}).get(name, 0.0):
+        if not err <= min(UPDATE_RTOL + SLACK * (emulated_error or {}).get(name, 0.0), MAX_UPDATE_ERR):
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in SGD step {step} differs from NumPy's by {err:.3g} of its norm")
         worst = max(worst, err)
