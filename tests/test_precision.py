@@ -40,6 +40,7 @@ def test_amp_computes_in_bfloat16_on_a_cpu_and_float16_on_a_gpu():
     assert precision.compute_dtype("amp", "cpu") == "bfloat16"
     assert precision.compute_dtype("amp", "gpu") == "float16"
     assert precision.compute_dtype("float32", "gpu") == "float32"
+    assert precision.low_dtype("amp", "cpu") == "bfloat16" and precision.low_dtype("float32", "cpu") is None
     with pytest.raises(ValueError, match="unknown precision"):
         precision.compute_dtype("float16", "cpu")
 

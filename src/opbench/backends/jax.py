@@ -131,9 +131,9 @@ class JaxBackend(Backend):
     def build(self, model, params, device, dtype, mode):
         from opbench.backends import jax_models
 
-        lowp = precision.compute_dtype(dtype, device)
+        amp = precision.low_dtype(dtype, device)
         return jax_models.JaxModel(model, params, device, dtype, mode, self._device(device), _DTYPES["float32"],
-                                   lambda fn: self._mode(fn, mode), None if lowp == "float32" else _DTYPES[lowp])
+                                   lambda fn: self._mode(fn, mode), amp and _DTYPES[amp])
 
     def info(self) -> dict[str, Any]:
         import jaxlib

@@ -123,11 +123,10 @@ class TensorflowBackend(Backend):
     def build(self, model, params, device, dtype, mode):
         from opbench.backends import tensorflow_models
 
-        lowp = precision.compute_dtype(dtype, device)
+        amp = precision.low_dtype(dtype, device)
         return tensorflow_models.TensorflowModel(model, params, device, dtype, mode, _DTYPES["float32"],
                                                  _DEVICES[device], self.image_layout(device),
-                                                 lambda fn: self._mode(fn, mode),
-                                                 None if lowp == "float32" else f"mixed_{lowp}")
+                                                 lambda fn: self._mode(fn, mode), amp and f"mixed_{amp}")
 
     def info(self) -> dict[str, Any]:
         build = tf.sysconfig.get_build_info()

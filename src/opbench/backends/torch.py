@@ -105,9 +105,9 @@ class TorchBackend(Backend):
         if mode == "compile":
             torch._dynamo.reset()
         compile_fn = (lambda fn: torch.compile(fn, dynamic=False)) if mode == "compile" else (lambda fn: fn)
-        lowp = precision.compute_dtype(dtype, device)
+        amp = precision.low_dtype(dtype, device)
         return torch_models.TorchModel(model, params, device, dtype, mode, _DTYPES["float32"], _DEVICES[device],
-                                       compile_fn, None if lowp == "float32" else _DTYPES[lowp])
+                                       compile_fn, amp and _DTYPES[amp])
 
     def info(self) -> dict[str, Any]:
         info = {

@@ -39,6 +39,12 @@ def compute_dtype(precision: str, device: str) -> str:
     return AMP_DTYPE[device] if precision == "amp" else "float32"
 
 
+def low_dtype(precision: str, device: str) -> str | None:
+    """The low-precision type a model builder computes in under amp, None for float32."""
+    dtype = compute_dtype(precision, device)
+    return None if dtype == "float32" else dtype
+
+
 def _round_float16(a: np.ndarray) -> np.ndarray:
     return np.asarray(a).astype(np.float16).astype(np.float64)
 
