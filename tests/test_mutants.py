@@ -1,5 +1,6 @@
-"""Every float32 mutant of the catalogue (tests/mutants.py) is caught by the gate that claims to
-cover it, in every framework installed; a surviving mutant fails its test."""
+"""Every mutant of the catalogue (tests/mutants.py: models in float32 and mixed precision,
+operators, whole convergence runs) is caught by the gate that claims to cover it, in every
+framework installed; a surviving mutant fails its test."""
 
 from __future__ import annotations
 
@@ -8,35 +9,31 @@ import pytest
 from opbench import backends
 from tests import mutants
 
+ids = {"ids": lambda m: m.name.replace(" ", "-")}
+
+
+def _assert_caught(survives, mutant, framework: str, gate: str) -> None:
+    try:
+        backends.load(framework)
+        survived = survives(mutant, framework)
+    except backends.Unavailable as exc:
+        pytest.skip(str(exc))
+    assert survived is None, f"{gate} gate: {mutant.name} ({mutant.why}) {survived}"
+
 
 @pytest.mark.parametrize("framework", mutants.FRAMEWORKS)
-@pytest.mark.parametrize("mutant", mutants.MODEL_MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
+@pytest.mark.parametrize("mutant", mutants.MODEL_MUTANTS, **ids)
 def test_model_mutant_is_caught(mutant, framework):
-    try:
-        backends.load(framework)
-        survived = mutants.model_survives(mutant, framework)
-    except backends.Unavailable as exc:
-        pytest.skip(str(exc))
-    assert survived is None, f"{mutant.gate} gate: {mutant.name} ({mutant.why}) {survived}"
+    _assert_caught(mutants.model_survives, mutant, framework, mutant.gate)
 
 
 @pytest.mark.parametrize("framework", mutants.FRAMEWORKS)
-@pytest.mark.parametrize("mutant", mutants.OP_MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
+@pytest.mark.parametrize("mutant", mutants.OP_MUTANTS, **ids)
 def test_operator_mutant_is_caught(mutant, framework):
-    try:
-        backends.load(framework)
-        survived = mutants.op_survives(mutant, framework)
-    except backends.Unavailable as exc:
-        pytest.skip(str(exc))
-    assert survived is None, f"{mutant.gate} gate: {mutant.name} ({mutant.why}) {survived}"
+    _assert_caught(mutants.op_survives, mutant, framework, mutant.gate)
 
 
 @pytest.mark.parametrize("framework", mutants.FRAMEWORKS)
-@pytest.mark.parametrize("mutant", mutants.CONVERGENCE_MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
+@pytest.mark.parametrize("mutant", mutants.CONVERGENCE_MUTANTS, **ids)
 def test_convergence_mutant_is_caught(mutant, framework):
-    try:
-        backends.load(framework)
-        survived = mutants.convergence_survives(mutant, framework)
-    except backends.Unavailable as exc:
-        pytest.skip(str(exc))
-    assert survived is None, f"convergence gate: {mutant.name} ({mutant.why}) {survived}"
+    _assert_caught(mutants.convergence_survives, mutant, framework, "convergence")
