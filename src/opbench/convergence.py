@@ -293,7 +293,7 @@ def cases(settings) -> list[Case]:
 def measure(benchmark, bound) -> None:
     """A gated run first (not timed: it proves the framework follows the plan and the reference),
     then ROUNDS timed whole runs, each checked again; the curves and time to accuracy go in
-    extra_info."""
+    extra_info. With --benchmark-disable (correctness only) the gated run is all that runs."""
     import pytest
 
     from opbench.measure import identity, pin_threads
@@ -307,21 +307,31 @@ def measure(benchmark, bound) -> None:
         pytest.fail(f"{'--data-dir' if data_dir else 'embedded data'}: {exc}", pytrace=False)
     model, plan, epochs = catalogue.get(case.name), Feed(split), case.p["epochs"]
     native = backend.build(model, init_params(model), case.device, case.dtype, case.mode)
-    gated = train(native, backend, model, plan, epochs)
-    agreed = check_plan_and_curve(case, native, plan, gated, data_dir)
-    check_evaluation(case, plan, gated)
-    timed: list[Curve] = []
+    gated: list[tuple[Curve, int]] = []
+
+    def gate() -> None:
+        curve = train(native, backend, model, plan, epochs)
+        agreed = check_plan_and_curve(case, native, plan, curve, data_dir)
+        check_evaluation(case, plan, curve)
+        gated.append((curve, agreed))
+
     benchmark.group = case.group
     benchmark.extra_info.update(identity(case, backend, threads, 0.0), batch=BATCH, epochs=epochs,
                                 data=split.description, train_samples=len(split.y_train),
                                 heldout_samples=len(split.y_held))
+    timed: list[Curve] = []
     try:
-        benchmark.pedantic(lambda: timed.append(train(native, backend, model, plan, epochs)),
-                           rounds=ROUNDS[state.settings.profile], iterations=1)
-        for curve in timed:
-            check_plan_and_curve(case, native, plan, curve, data_dir)
+        if benchmark.disabled:  # correctness only: pytest-benchmark runs the gated run once, untimed
+            benchmark.pedantic(gate)
+        else:
+            gate()
+            benchmark.pedantic(lambda: timed.append(train(native, backend, model, plan, epochs)),
+                               rounds=ROUNDS[state.settings.profile], iterations=1)
+            for curve in timed:
+                check_plan_and_curve(case, native, plan, curve, data_dir)
     except BaseException:
         benchmark.has_error = True
         raise
-    steps = horizon(plan, len(gated.losses))
-    benchmark.extra_info.update(summary(case.name, split.source, timed or [gated], agreed, steps))
+    (first, agreed), = gated
+    benchmark.extra_info.update(summary(case.name, split.source, timed or [first], agreed,
+                                        horizon(plan, len(first.losses))))
