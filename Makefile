@@ -18,9 +18,9 @@ BENCH_ARGS ?=
 QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp)) and not resnet50"
 # (a marker expression: -k would also match the unit tests whose names say convergence)
 CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
-# Mixed precision in `make test`: the models but VGG and ResNet-50 in each framework's plain mode
-# (and JAX's jit), gated; every mode and model is timed in amp by `make bench`.
-AMP_QUICK ?= --precision amp --mode eager,jit -k "not vgg and not resnet50 and not (jax and eager and training)"
+# Mixed precision in `make test`: MLP, LeNet and ResNet-20 in each framework's plain mode (and JAX's
+# jit), gated; every mode and model is gated and timed in amp by `make bench`.
+AMP_QUICK ?= --precision amp --mode eager,jit -k "(mlp or lenet or resnet20) and not (jax and eager and training)"
 
 # The roofline on the host at hand: the largest quick GEMM and the quick conv2d shapes, forward and
 # backward, every installed framework and mode, timed (a few rounds, nothing saved): none may

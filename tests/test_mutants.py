@@ -33,7 +33,9 @@ def test_operator_mutant_is_caught(mutant, framework):
     _assert_caught(mutants.op_survives, mutant, framework, mutant.gate)
 
 
-@pytest.mark.parametrize("framework", mutants.FRAMEWORKS)
+# The plan, its digests and the evaluation check are the suite's, the same for every framework (each
+# framework's own run is gated by benchmarks/convergence): one framework shows that the gate catches them.
+@pytest.mark.parametrize("framework", ["torch"])
 @pytest.mark.parametrize("mutant", mutants.CONVERGENCE_MUTANTS, **ids)
 def test_convergence_mutant_is_caught(mutant, framework):
     _assert_caught(mutants.convergence_survives, mutant, framework, "convergence")
