@@ -29,7 +29,7 @@ import numpy as np
 from opbench import data
 from opbench.backends.base import Backend, Unavailable
 from opbench.cases import Case
-from opbench.e2e import LOGIT_TOL, LOSS_RTOL, SLACK
+from opbench.e2e import LOSS_RTOL, SLACK, check_logits, scalar
 from opbench.execute import CorrectnessError
 from opbench.models import catalogue, datasets, reference
 from opbench.models.spec import ModelSpec, init_params
@@ -166,10 +166,6 @@ class Curve:
         return next((p for p in self.points if p["heldout_acc"] >= target), None)
 
 
-def _scalar(backend: Backend, value) -> float:
-    return float(backend.to_numpy(value).reshape(-1)[0])
-
-
 def evaluate(native, backend: Backend, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
     """Accuracy and logits of the native model on (x, y), in inference mode, EVAL_CHUNK at a time."""
     logits = []
@@ -188,20 +184,21 @@ def train(native, backend: Backend, model: ModelSpec, feed: Feed, epochs: int) -
     step = native.trainer(model.optimizer)
     curve, seconds = Curve(), 0.0
     for epoch in range(epochs):
-        for x, y in feed.epoch(epoch):
+        batches = feed.epoch(epoch)
+        for x, y in batches:
             xs, ys = native.inputs(x, y)
             start = time.perf_counter()
-            loss = _scalar(backend, step(xs, ys))
+            loss = scalar(backend, step(xs, ys))
             curve.step_s.append(time.perf_counter() - start)
             curve.losses.append(loss)
             curve.digests.append(digest(x, y))
-        seconds += sum(curve.step_s[len(curve.step_s) - len(feed.epoch(epoch)):])
+        seconds += sum(curve.step_s[-len(batches):])
         held_acc, held_logits = evaluate(native, backend, *feed.heldout())
         train_acc, _ = evaluate(native, backend, *feed.training())
         if epoch == 0:
             curve.first_logits, curve.first_params = held_logits, native.get_params()
         curve.points.append({"epoch": epoch + 1, "step": len(curve.losses), "seconds": seconds,
-                             "loss": float(np.mean(curve.losses[-len(feed.epoch(epoch)):])),
+                             "loss": float(np.mean(curve.losses[-len(batches):])),
                              "train_acc": train_acc, "heldout_acc": held_acc})
     return curve
 
@@ -235,11 +232,9 @@ def check_evaluation(case: Case, plan: Feed, curve: Curve) -> None:
     x_held, _ = plan.heldout()
     params = {k: v.astype(np.float64) for k, v in curve.first_params.items()}
     ref = reference.forward(model, params, x_held.astype(np.float64))
-    err = float(np.max(np.abs(curve.first_logits - ref))) if curve.first_logits.shape == ref.shape else np.inf
-    if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(ref)))):
-        raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the held-out logits after epoch 1 differ "
-                               f"by {err:.3g} from the reference model's on the held-out samples with the "
-                               "framework's weights (evaluated in training mode, or on other samples?)")
+    check_logits(f"{case.framework} {case.mode} {case.name}: held-out evaluation after epoch 1 against the "
+                 "reference model with the framework's weights (in training mode, or on other samples?)",
+                 curve.first_logits, ref)
 
 
 def trimmed(values: list[float]) -> list[float]:

@@ -196,6 +196,15 @@ def check_loss(what: str, got: float, want: float, allowance: float = 0.0) -> fl
     return err
 
 
+def check_logits(what: str, got: np.ndarray, want: np.ndarray, allowance: float = 0.0) -> float:
+    """The largest |got - want| of logits against NumPy's; raises CorrectnessError past LOGIT_TOL x
+    max(1, max|want|) plus `allowance` (the precision's), or on a shape that differs."""
+    err = float(np.max(np.abs(got - want))) if got.shape == want.shape else np.inf
+    if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(want)))) + allowance:
+        raise CorrectnessError(f"{what}: logits differ from NumPy by {err:.3g}")
+    return err
+
+
 def check_update(
     case: Case, step: int, before: dict, after: dict, want_before: dict, want_after: dict,
     emulated_error: dict | None = None,
@@ -221,7 +230,8 @@ def check_update(
     return worst
 
 
-def _scalar(backend: Backend, loss) -> float:
+def scalar(backend: Backend, loss) -> float:
+    """A framework's loss (any shape of one element) as a Python float; waits for it."""
     return float(backend.to_numpy(loss).reshape(-1)[0])
 
 
@@ -240,7 +250,7 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
     what = f"{case.framework} {case.mode} {case.name}"
     for i, want in enumerate(want_losses):
         x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
-        got = _scalar(backend, native.train_step(x, y, sgd)())
+        got = scalar(backend, native.train_step(x, y, sgd)())
         check_loss(f"{what}: SGD step {i} loss", got, want, loss_allowance(allowed, i, want, lowp))
         after = native.get_params()
         worst = max(worst, check_update(case, i, before, after, trajectory[i], trajectory[i + 1], allowed.updates[i]))
@@ -275,10 +285,10 @@ def time_to_target(case: Case, backend: Backend, native, params: dict) -> dict:
     native.set_params(params)
     x, y = native.inputs(*datasets.clusters(model, case.p["batch"]))
     step = native.train_step(x, y, model.optimizer)
-    loss = _scalar(backend, step())
+    loss = scalar(backend, step())
     start, seconds, steps, reached = time.perf_counter(), 0.0, 1, loss < target
     while steps < TARGET_MAX_STEPS and seconds < TARGET_MAX_SECONDS and not reached:
-        loss = _scalar(backend, step())
+        loss = scalar(backend, step())
         steps, seconds = steps + 1, time.perf_counter() - start
         reached = loss < target
     native.set_params(params)
@@ -304,7 +314,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
         run = native.train_step(x, y, model.optimizer)
 
         def verify(result) -> float:
-            got = _scalar(backend, result)
+            got = scalar(backend, result)
             return max(param_err, check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss,
                                              allowance))
     else:
@@ -314,11 +324,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
 
         def verify(result) -> float:
             logits = backend.to_numpy(result).astype(np.float64)
-            err = float(np.max(np.abs(logits - want_logits))) if logits.shape == want_logits.shape else np.inf
-            if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(want_logits)))) + SLACK * allowed:
-                raise CorrectnessError(
-                    f"{case.framework} {case.mode} {case.name}: logits differ from NumPy by {err:.3g}"
-                )
+            err = check_logits(f"{case.framework} {case.mode} {case.name}", logits, want_logits, SLACK * allowed)
             if lowp != "float32":
                 f32, low = (emulated_logits(case.name, batch, data_dir, t).logits_rel for t in ("float32", lowp))
                 check_low_precision(f"{case.framework} {case.mode} {case.name}: logits",
