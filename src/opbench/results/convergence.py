@@ -15,7 +15,6 @@ class Converged:
     """One convergence benchmark: its model row, framework/mode column and what it recorded."""
 
     row: str  # the benchmark group: model, batch, epochs, device, precision
-    model: str
     column: str
     extra: dict
 
@@ -25,7 +24,7 @@ def found(runs: list[Run]) -> list[Converged]:
     for run in runs:
         for b in run.benchmarks.values():
             if b.extra.get("direction") == "convergence" and b.extra.get("curve"):
-                out.append(Converged(b.group, b.extra.get("model", ""), b.column, b.extra))
+                out.append(Converged(b.group, b.column, b.extra))
     return out
 
 
