@@ -66,3 +66,21 @@ def edge_case(name: str, framework: str, mode: str, direction: str, seed: int = 
     p = {**spec.edge_problem, "inputs": "edge"}
     return Case("op", name, spec.family, direction, framework, "cpu", mode, dtype,
                 f"{spec.label(p)}-edge-seed{seed}", tuple(sorted(p.items())))
+
+
+def model_step(framework: str, mode: str, name: str = "lenet"):
+    """(backend, native model, synchronised training step) of a catalogue model at its quick
+    batch on the CPU, already run three times (compiled modes compile on the first)."""
+    from opbench.execute import synchronised
+    from opbench.models import catalogue, datasets
+    from opbench.models.spec import init_params
+
+    backend = load_or_skip(framework)
+    backend.set_threads(2)
+    model = catalogue.get(name)
+    native = backend.build(model, init_params(model), "cpu", "float32", mode)
+    x, y = native.inputs(*datasets.batch(model, model.batch["quick"], ""))
+    call = synchronised(native.train_step(x, y, model.optimizer), backend, "cpu")
+    for _ in range(3):
+        call()
+    return backend, native, call

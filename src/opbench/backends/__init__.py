@@ -22,7 +22,7 @@ from pathlib import Path
 from opbench.backends.base import Backend, Framework, Unavailable
 from opbench.messages import one_line
 
-_NOT_BACKENDS = ("base",)
+_NOT_BACKENDS = ("base", "profiling")
 
 
 @functools.cache
@@ -30,7 +30,7 @@ def declared() -> dict[str, Framework]:
     """Every backend's Framework, by name, in their declared order."""
     found = []
     for module in pkgutil.iter_modules(__path__):
-        if module.name in _NOT_BACKENDS or module.name.startswith("_") or module.name.endswith("_models"):
+        if module.name in _NOT_BACKENDS or module.name.startswith("_") or module.name.endswith(("_models", "_profile")):
             continue
         path = Path(__path__[0]) / f"{module.name}.py"
         framework = _declaration(ast.parse(path.read_text(encoding="utf-8")), path)

@@ -125,6 +125,13 @@ class Backend(abc.ABC):
         """A NativeModel (opbench.models.native) of `model` with `params`, for `mode` on `device`."""
         raise Unavailable(f"{self.name} builds no models")
 
+    profiler_name = ""  # the profiler profile() runs, as its framework names it
+
+    def profile(self, call: Call, steps: int, folder: str) -> Any:
+        """Run `call` `steps` times under the framework's own profiler, each step annotated, and
+        return what it recorded as an opbench.backends.profiling.Trace (`folder`: its files)."""
+        raise Unavailable(f"{self.name} has no profiler opbench can read")
+
     def info(self) -> dict[str, Any]:
         """Build facts for machine_info: version and whatever decides its speed."""
         return {"version": self.version()}

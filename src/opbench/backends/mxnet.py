@@ -143,6 +143,14 @@ class MxnetBackend(Backend):
             raise Unavailable(self.amp_unavailable(device))
         return mxnet_models.MxnetModel(model, params, device, dtype, mode, self._ctx(device))
 
+
+    profiler_name = "mx.profiler"
+
+    def profile(self, call, steps, folder):
+        from opbench.backends.mxnet_profile import record
+
+        return record(call, steps, folder)
+
     def info(self) -> dict[str, Any]:
         features = mx.runtime.Features()
         return {"version": mx.__version__, "features": sorted(f.name for f in features.values() if f.enabled)}

@@ -128,6 +128,14 @@ class TensorflowBackend(Backend):
                                                  _DEVICES[device], self.image_layout(device),
                                                  lambda fn: self._mode(fn, mode), amp and f"mixed_{amp}")
 
+
+    profiler_name = "tf.profiler"
+
+    def profile(self, call, steps, folder):
+        from opbench.backends.tensorflow_profile import record
+
+        return record(call, steps, folder)
+
     def info(self) -> dict[str, Any]:
         build = tf.sysconfig.get_build_info()
         return {

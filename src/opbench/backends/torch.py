@@ -109,6 +109,14 @@ class TorchBackend(Backend):
         return torch_models.TorchModel(model, params, device, dtype, mode, _DTYPES["float32"], _DEVICES[device],
                                        compile_fn, amp and _DTYPES[amp])
 
+
+    profiler_name = "torch.profiler"
+
+    def profile(self, call, steps, folder):
+        from opbench.backends.torch_profile import record
+
+        return record(call, steps, folder)
+
     def info(self) -> dict[str, Any]:
         info = {
             "version": torch.__version__,
