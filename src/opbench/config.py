@@ -19,6 +19,7 @@ DEVICES = ("cpu", "gpu")
 DTYPES = ("float32", "float16", "bfloat16")
 PROFILES = ("quick", "full")
 MALLOC_MODES = ("steady", "default")
+BREAKDOWNS = ("off", "profile", "predict")
 # The execution modes of each framework; known without importing any of them.
 FRAMEWORK_MODES = {name: f.modes for name, f in backends.declared().items()}
 MODES = tuple(dict.fromkeys(m for modes in FRAMEWORK_MODES.values() for m in modes))
@@ -148,6 +149,9 @@ OPTIONS = (
            "intra-op thread each"),
     Option("dist_timeout", "300", "seconds a distributed worker may take to answer one request (a training "
            "step, the gate) before it counts as hung"),
+    Option("breakdown", "off", "after a model's timed rounds, a separate profiled pass: off, profile (each "
+           "framework's profiler: time per operator family, phase and operator) or predict (and the operator "
+           "suite timed at the model's own layer shapes)"),
     Option("malloc", "default", "CPU allocator: default (glibc's own thresholds) or steady (freed memory stays in "
            "the heap: no page faults per call)"),
 )
@@ -168,6 +172,7 @@ class Settings:
     roofline_slack: float = 1.5
     data_dir: str = ""
     malloc: str = "default"
+    breakdown: str = "off"
     workers: tuple[int, ...] = (1, 2)
     dist_timeout: float = 300.0
 
@@ -204,6 +209,7 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1),
         data_dir=values["data_dir"],
         malloc=parse_one(values["malloc"], MALLOC_MODES, "malloc"),
+        breakdown=parse_one(values["breakdown"], BREAKDOWNS, "breakdown"),
         workers=parse_threads(values["workers"], sources["workers"]),
         dist_timeout=parse_number(values["dist_timeout"], sources["dist_timeout"], above=0),
     )

@@ -215,6 +215,26 @@ def measure(benchmark, bound) -> None:
         # a failed check, an error or an interrupt while timing: nothing implausible or partial is saved
         benchmark.has_error = True
         raise
+    if case.kind == "model" and state.settings.breakdown != "off":  # after timing, never inside it
+        benchmark.extra_info["breakdown"] = breakdown(case, backend, ready.prepared.call, state.settings.breakdown)
+
+
+class BreakdownFailed(UserWarning):
+    """The profiled pass after a model's timed rounds failed; the timed result stands."""
+
+
+def breakdown(case, backend, call, level: str) -> dict[str, Any]:
+    """The --breakdown pass (opbench.breakdown), run after timing. Its failure costs the
+    breakdown, never the timed result: it is recorded in place of the breakdown and warned about."""
+    from opbench.breakdown import profiled_pass
+
+    try:
+        return profiled_pass(case, backend, call, level)
+    except Exception as exc:
+        message = one_line(exc, limit=300)
+        warnings.warn(f"{case.id}: --breakdown {level} failed, the timed result is kept: {message}",
+                      BreakdownFailed, stacklevel=2)
+        return {"error": message}
 
 
 def _time_and_check(benchmark, case, prepared, state) -> None:

@@ -302,6 +302,7 @@ def header(config: pytest.Config, state: State) -> list[str]:
         f"precisions={','.join(s.precisions)} "
         f"threads={state.threads} modes={','.join(s.modes)} malloc={state.malloc.split()[0]} "
         f"warmup={'on' if bs is not None and bs.options['warmup'] else 'off'}"
+        + (f" breakdown={s.breakdown}" if s.breakdown != "off" else "")
     ]
     for name in s.frameworks:
         lines.append("  " + framework_line(name, s, state.threads))

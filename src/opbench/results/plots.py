@@ -1,6 +1,6 @@
 """Plots of saved runs with matplotlib (headless): grouped bars per operator, time against
 problem size with the fitted scaling exponent, thread scaling, training-step time per model, and
-data-parallel samples/s against workers.
+data-parallel samples/s against workers, and where each model step's time goes (stacked per family).
 Reads stored JSON only."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from opbench.files import replace_atomic
+from opbench.results.breakdown import FAMILIES
+from opbench.results.breakdown import found as profiled
 from opbench.results.convergence import found as converged
 from opbench.results.scaling import curves as worker_curves
 from opbench.results.store import Bench, Identity, Run
@@ -182,10 +184,41 @@ def convergence(runs: list[Run], folder: Path) -> list[Path]:
     return paths
 
 
+def breakdowns(runs: list[Run], folder: Path) -> list[Path]:
+    """Per model group, a stacked bar per framework/mode: its timed median split by the family
+    shares of its profiled step; a black marker where the operator suite predicted the step."""
+    by_row: dict[str, list] = defaultdict(list)
+    for p in profiled(runs):
+        by_row[p.row].append(p)
+    paths = []
+    for row, items in sorted(by_row.items()):
+        items.sort(key=lambda p: p.column)
+        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(items)), 4.5))
+        x, bottom = np.arange(len(items)), np.zeros(len(items))
+        for family in FAMILIES:
+            ms = np.array([p.shares().get(family, 0.0) * p.median * 1e3 for p in items])
+            if ms.any():
+                ax.bar(x, ms, 0.7, bottom=bottom, label=family)
+                bottom += ms
+        predicted = [(i, p.info["prediction"]["predicted_s"] * 1e3) for i, p in enumerate(items)
+                     if p.info.get("prediction")]
+        if predicted:
+            ax.scatter(*zip(*predicted, strict=True), marker="D", color="black", zorder=3,
+                       label="operator suite's prediction")
+        ax.set_xticks(x, [p.column for p in items], rotation=20, fontsize=7)
+        ax.set_ylabel("timed median (ms), split by the profiled shares")
+        ax.set_title(f"{row}: where the step's time goes", fontsize=9)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1, 1))
+        fig.tight_layout()
+        paths.append(_save(fig, folder, f"breakdown-{_slug(row)}.png"))
+    return paths
+
+
 def all_plots(runs: list[Run], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     return bars_per_operator(runs, folder) + scaling(runs, folder) + thread_scaling(runs, folder) + \
-        training_steps(runs, folder) + data_parallel(runs, folder) + convergence(runs, folder)
+        training_steps(runs, folder) + data_parallel(runs, folder) + convergence(runs, folder) + \
+        breakdowns(runs, folder)
 
 
 def _slug(text: str) -> str:

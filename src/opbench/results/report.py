@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opbench.results import convergence, scaling
+from opbench.results import breakdown, convergence, scaling
 from opbench.results.store import Bench, Run
 from opbench.results.tables import fmt_time, table
 
@@ -185,4 +185,5 @@ def format_text(runs: list[Run], markdown: bool = False) -> str:
         lines += table(header, rows, markdown)
     lines += scaling.format_lines(runs, markdown)
     lines += convergence.format_lines(runs, markdown)
+    lines += breakdown.format_lines(runs, markdown)
     return "\n".join(lines)
