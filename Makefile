@@ -27,7 +27,7 @@ AMP_QUICK ?= --precision amp --mode eager,jit -k "(mlp or lenet or resnet20) and
 # exceed the ceiling derived from this machine's CPU.
 SMOKE := -m "gemm or conv2d" -k "1024x1024x1024 or 16x64x32x32 or 16x128x16x16"
 
-.PHONY: venv test test-full bench bench-convergence bench-distributed roofline-smoke docs report lint clean
+.PHONY: venv test test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
 
 venv: $(STAMP)
 
@@ -66,6 +66,14 @@ bench: venv
 bench-convergence: venv
 	$(PYTEST) benchmarks/convergence --profile full --benchmark-autosave --benchmark-group-by=group \
 	  --benchmark-sort=name --benchmark-columns=median,rounds -q $(BENCH_ARGS)
+
+# Where each model step's time goes: LeNet, VGG-10 and LSTM training steps timed, then profiled
+# per operator in a separate pass, and the operator suite timed at their layer shapes;
+# `opbench report` (--plots) shows the breakdowns.
+bench-breakdown: venv
+	$(PYTEST) benchmarks/e2e -m "training and (lenet or vgg10 or lstm)" --breakdown predict --benchmark-autosave \
+	  --benchmark-max-time=0.5 --benchmark-group-by=group --benchmark-sort=name --benchmark-columns=median,iqr,rounds \
+	  -q $(BENCH_ARGS)
 
 # Data-parallel training on each framework's own engine, 1 and 2 workers (OPBENCH_WORKERS), strong and
 # weak scaling; saved like `make bench`, and `opbench report` adds the scaling table.

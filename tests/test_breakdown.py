@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from opbench import config, ops
-from opbench.backends.profiling import STEP, Span, Trace, pair_markers, xla_kernels
+from opbench.backends.profiling import STEP, XLA_NOTE, Span, Trace, pair_markers, xla_kernels
 from opbench.breakdown import attribution
 from opbench.breakdown.attribution import attribute
 from opbench.breakdown.predict import layer_ops, op_case, predict
@@ -167,6 +167,7 @@ def test_recorded_profile(name):
     assert families <= found, f"{name}: families {sorted(found)}"
     assert set(b.phases()) == phases
     assert not found & {"recurrent", "normalization"}, "LeNet has no LSTM and no batch norm"
+    assert (XLA_NOTE in trace.notes) == (name in ("tensorflow-xla", "jax-eager", "jax-jit"))
 
 
 # --- the operator suite's prediction ---------------------------------------------------------

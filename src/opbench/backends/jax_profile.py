@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jax
 
-from opbench.backends.profiling import STEP, Trace, XEvent, step_windows, xla_kernels
+from opbench.backends.profiling import STEP, XLA_NOTE, Trace, XEvent, step_windows, xla_kernels
 
 
 def record(call, steps: int, folder: str) -> Trace:
@@ -51,5 +51,5 @@ def parse(data: bytes) -> Trace:
     """A Trace from a jax.profiler XSpace: XLA's kernels, jit or op by op (eager JAX runs each
     primitive as its own small program)."""
     trace = Trace("jax", step_windows(host_events(data)), xla_kernels(host_events(data)))
-    trace.notes.append("XLA's kernels carry no forward/backward scope: phases are not separated")
+    trace.notes.append(XLA_NOTE)
     return trace

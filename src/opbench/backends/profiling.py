@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 STEP = "opbench.step"  # the annotation each backend puts around one profiled step (outside timed rounds)
+XLA_NOTE = "XLA's kernels carry no forward/backward scope: phases are not separated"
 PHASES = ("forward", "backward", "update")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from opbench.backends.profiling import STEP, Span, Trace, XEvent, step_windows, xla_kernels
+from opbench.backends.profiling import STEP, XLA_NOTE, Span, Trace, XEvent, step_windows, xla_kernels
 
 _EAGER = "EagerLocalExecute: "
 _FUNCTION = re.compile(r"^__(inference|forward|backward)_")  # a tf.function's call: its kernels run on tf_Compute
@@ -62,9 +62,10 @@ def _phase(name: str) -> str | None:
 def parse(data: bytes) -> Trace:
     """A Trace from a tf.profiler XSpace: eager operators (EagerLocalExecute on the Python
     thread), graph kernels on the executor's threads (their scope gives the phase), XLA kernels
-    from their markers (XLA mode; the cluster launch that holds them is then left out)."""
+    from their markers (XLA mode); the XLA cluster's launch, which holds them, is left out."""
     events = host_events(data)
-    spans = xla_kernels(events)
+    xla = xla_kernels(events)
+    spans = list(xla)
     for lane, name, start, dur in events:
         if name.startswith(_EAGER):
             op = name[len(_EAGER):]
@@ -73,6 +74,6 @@ def parse(data: bytes) -> Trace:
         elif _KERNEL.match(name) and not _FUNCTION.match(name.rsplit(":", 1)[1]) and not name.endswith(_XLA_LAUNCH):
             spans.append(Span(name, lane, start, start + dur, _phase(name)))
     trace = Trace("tensorflow", step_windows(events), spans)
-    if any(s.fused for s in spans):
-        trace.notes.append("XLA compiles the step into one program: its kernels carry no forward/backward scope")
+    if xla:
+        trace.notes.append(XLA_NOTE)
     return trace
