@@ -135,7 +135,6 @@ class JaxBackend(Backend):
         return jax_models.JaxModel(model, params, device, dtype, mode, self._device(device), _DTYPES["float32"],
                                    lambda fn: self._mode(fn, mode), amp and _DTYPES[amp])
 
-
     profiler_name = "jax.profiler"
 
     def profile(self, call, steps, folder):

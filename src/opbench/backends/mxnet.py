@@ -143,7 +143,6 @@ class MxnetBackend(Backend):
             raise Unavailable(self.amp_unavailable(device))
         return mxnet_models.MxnetModel(model, params, device, dtype, mode, self._ctx(device))
 
-
     profiler_name = "mx.profiler"
 
     def profile(self, call, steps, folder):

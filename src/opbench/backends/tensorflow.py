@@ -128,7 +128,6 @@ class TensorflowBackend(Backend):
                                                  _DEVICES[device], self.image_layout(device),
                                                  lambda fn: self._mode(fn, mode), amp and f"mixed_{amp}")
 
-
     profiler_name = "tf.profiler"
 
     def profile(self, call, steps, folder):

@@ -109,7 +109,6 @@ class TorchBackend(Backend):
         return torch_models.TorchModel(model, params, device, dtype, mode, _DTYPES["float32"], _DEVICES[device],
                                        compile_fn, amp and _DTYPES[amp])
 
-
     profiler_name = "torch.profiler"
 
     def profile(self, call, steps, folder):

@@ -2,7 +2,7 @@
 runs a few more steps under the framework's own profiler and attributes them to operator
 families, phases and operators (opbench.breakdown.attribution, .taxonomy); with
 --breakdown predict, the operator suite also times every layer's operators at the model's own
-shapes (opbench.breakdown.predict). The profiler never runs in a timed round: everything here
+shapes (opbench.breakdown.prediction). The profiler never runs in a timed round: everything here
 happens after pytest-benchmark has finished timing, and lands in extra_info["breakdown"].
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from opbench.backends.base import Backend
 from opbench.breakdown.attribution import attribute
-from opbench.breakdown.predict import predict
+from opbench.breakdown.prediction import predict
 from opbench.cases import Case
 from opbench.models import catalogue
 

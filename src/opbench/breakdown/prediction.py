@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from opbench import ops
-from opbench.backends.base import Backend, Unavailable
+from opbench.backends.base import Backend
 from opbench.cases import Case
-from opbench.execute import CorrectnessError, prepare
+from opbench.execute import prepare
+from opbench.messages import one_line
 from opbench.models.spec import LSTM, BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, ModelSpec, Pool2D, walk
 
 MIN_REPS, MAX_REPS, BUDGET_S = 5, 200, 0.2  # per operator: at least 5 timed calls, then up to 0.2 s
@@ -102,14 +103,16 @@ def median_time(call) -> float:
 
 
 def time_op(case: Case, backend: Backend) -> float | str:
-    """The case's median seconds, after its result matched NumPy; or why it has none."""
+    """The case's median seconds, after its result matched NumPy; or why it has none (a wrong
+    result, an operator the framework lacks or cannot run at this shape: the prediction lists it
+    as failed and goes on)."""
     if case not in _TIMES:
         try:
             prepared = prepare(case, backend)
             prepared.verify(prepared.call())  # correct before fast, here too
             _TIMES[case] = median_time(prepared.call)
-        except (CorrectnessError, Unavailable) as exc:
-            _TIMES[case] = f"{case.name} {case.label}: {str(exc).splitlines()[0]}"
+        except Exception as exc:
+            _TIMES[case] = f"{case.name} {case.label}: {one_line(exc, limit=200)}"
     return _TIMES[case]
 
 
