@@ -21,8 +21,9 @@ DECLARED = backends.declared()
 
 
 def test_every_backend_module_is_a_declared_framework():
-    modules = {p.stem for p in (ROOT / "src/opbench/backends").glob("*.py")
-               if p.stem not in ("__init__", "base") and not p.stem.startswith("_") and not p.stem.endswith("_models")}
+    modules = {p.stem for p in (ROOT / "src/opbench/backends").glob("*.py")  # less the builders and profile readers
+               if p.stem not in ("__init__", "base", "profiling") and not p.stem.startswith("_")
+               and not p.stem.endswith(("_models", "_profile"))}
     assert set(DECLARED) == modules
     assert config.FRAMEWORKS == tuple(DECLARED) and config.FRAMEWORKS[0] == "numpy"
     assert set(config.MODES) == {m for f in DECLARED.values() for m in f.modes}
@@ -174,5 +175,5 @@ def test_the_layout_page_names_every_module_and_only_existing_ones():
     modules = {p.name for p in package.rglob("*.py") if p.name != "__init__.py"}
     assert modules <= named, f"not in the layout page: {sorted(modules - named)}"
     scripts = {p.name for p in (ROOT / "studies").glob("*.py")}
-    scripts |= {"mutants.py", "test_mutants.py", "test_layering.py", "__init__.py"}
+    scripts |= {"mutants.py", "test_mutants.py", "test_layering.py", "record_profiles.py", "__init__.py"}
     assert named <= modules | scripts, f"in the layout page but not in the tree: {sorted(named - modules - scripts)}"
