@@ -62,9 +62,10 @@ def main() -> None:
         print(f"| {name} | {geomean(off) * 1e3:.3g} ms | {geomean(on) * 1e3:.3g} ms | {ratio:.3f} | {spread:.2f} | "
               f"{max(on) / min(on):.2f} |")
     pairs = [r[n] / q[n] for r, q in zip(results["off"][1:], results["off"], strict=False) for n in names]
+    between = f"{statistics.median(abs(math.log(x)) for x in pairs):.1%}" if pairs else "n/a (one run)"
     print(f"\ngeometric mean with/without {geomean(ratios):.3f}; median deviation "
           f"{statistics.median(abs(math.log(x)) for x in ratios):.1%}; between runs without: "
-          f"{statistics.median(abs(math.log(x)) for x in pairs):.1%}; outside their own without-runs' range: "
+          f"{between}; outside their own without-runs' range: "
           f"{sum(max(r, 1 / r) > s for r, s in zip(ratios, spreads, strict=True))} of {len(ratios)}")
 
 
