@@ -339,3 +339,9 @@ def test_a_failed_profiled_pass_keeps_the_timed_result():
     with pytest.warns(BreakdownFailed, match="timed result is kept"):
         info = breakdown(_case(), SimpleNamespace(profiler_name="fake", profile=broken), None, "profile")
     assert info == {"error": "RuntimeError: the profiler"}
+
+
+def test_the_report_knows_the_taxonomy_families_in_order():
+    from opbench.breakdown.taxonomy import FAMILIES as TAXONOMY
+
+    assert report.FAMILIES == tuple(family for family, _ in TAXONOMY)  # the results layer keeps its own copy

@@ -4,11 +4,10 @@ read with jax.profiler.ProfileData. A module of the JAX backend."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import jax
 
-from opbench.backends.profiling import STEP, XLA_NOTE, Trace, XEvent, step_windows, xla_kernels
+from opbench.backends.profiling import STEP, XLA_NOTE, Trace, XEvent, step_windows, written_xspace, xla_kernels
 
 
 def record(call, steps: int, folder: str) -> Trace:
@@ -23,10 +22,7 @@ def record(call, steps: int, folder: str) -> Trace:
     finally:
         jax.profiler.stop_trace()
         _restore_tensorflow_traceme()
-    found = sorted(Path(folder).rglob("*.xplane.pb"))
-    if not found:
-        raise RuntimeError(f"jax.profiler wrote no .xplane.pb under {folder}")
-    return parse(found[-1].read_bytes())
+    return parse(written_xspace(folder, "jax.profiler"))
 
 
 def _restore_tensorflow_traceme() -> None:
@@ -50,6 +46,7 @@ def host_events(data: bytes) -> list[XEvent]:
 def parse(data: bytes) -> Trace:
     """A Trace from a jax.profiler XSpace: XLA's kernels, jit or op by op (eager JAX runs each
     primitive as its own small program)."""
-    trace = Trace("jax", step_windows(host_events(data)), xla_kernels(host_events(data)))
+    events = host_events(data)
+    trace = Trace("jax", step_windows(events), xla_kernels(events))
     trace.notes.append(XLA_NOTE)
     return trace

@@ -13,6 +13,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 STEP = "opbench.step"  # the annotation each backend puts around one profiled step (outside timed rounds)
 XLA_NOTE = "XLA's kernels carry no forward/backward scope: phases are not separated"
@@ -119,6 +120,14 @@ def xla_kernels(events: list[XEvent]) -> list[Span]:
     marks = [(lane, name, start) for lane, name, start, _ in events]
     return [Span(name, lane, start, end, fused="fusion" in name)
             for lane, name, start, end in pair_markers(marks) if not _XLA_WRAPPERS.match(name)]
+
+
+def written_xspace(folder: str, profiler: str) -> bytes:
+    """The XSpace (xplane.pb) a TensorFlow or JAX profiler session wrote under `folder`."""
+    found = sorted(Path(folder).rglob("*.xplane.pb"))
+    if not found:
+        raise RuntimeError(f"{profiler} wrote no .xplane.pb under {folder}")
+    return found[-1].read_bytes()
 
 
 def step_windows(events: list[XEvent]) -> list[tuple[int, int]]:

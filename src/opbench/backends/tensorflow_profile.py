@@ -4,12 +4,11 @@ XSpace (xplane.pb) parsed with the protobuf TensorFlow ships. A module of the Te
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from opbench.backends.profiling import STEP, XLA_NOTE, Span, Trace, XEvent, step_windows, xla_kernels
+from opbench.backends.profiling import STEP, XLA_NOTE, Span, Trace, XEvent, step_windows, written_xspace, xla_kernels
 
 _EAGER = "EagerLocalExecute: "
 _FUNCTION = re.compile(r"^__(inference|forward|backward)_")  # a tf.function's call: its kernels run on tf_Compute
@@ -29,10 +28,7 @@ def record(call, steps: int, folder: str) -> Trace:
                 call()
     finally:
         tf.profiler.experimental.stop()
-    found = sorted(Path(folder).rglob("*.xplane.pb"))
-    if not found:
-        raise RuntimeError(f"tf.profiler wrote no .xplane.pb under {folder}")
-    return parse(found[-1].read_bytes())
+    return parse(written_xspace(folder, "tf.profiler"))
 
 
 def host_events(data: bytes) -> list[XEvent]:

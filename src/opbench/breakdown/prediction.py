@@ -12,6 +12,7 @@ optimizer update.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Iterator
@@ -22,7 +23,18 @@ from opbench.backends.base import Backend
 from opbench.cases import Case
 from opbench.execute import prepare
 from opbench.messages import one_line
-from opbench.models.spec import LSTM, BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, ModelSpec, Pool2D, walk
+from opbench.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    ModelSpec,
+    Pool2D,
+    output_shape,
+    walk,
+)
 
 MIN_REPS, MAX_REPS, BUDGET_S = 5, 200, 0.2  # per operator: at least 5 timed calls, then up to 0.2 s
 NOT_IN_SUITE = ("bias additions", "residual additions", "the optimizer update")
@@ -53,9 +65,7 @@ def layer_ops(model: ModelSpec, batch: int) -> list[LayerOp]:
             p = {"n": n, "c": c, "h": h, "w": w, "o": layer.filters, "k": layer.kernel, "stride": layer.stride,
                  "pad": layer.pad}
             out.append(LayerOp(path, "conv2d", tuple(p.items())))
-            ho = (h + 2 * layer.pad - layer.kernel) // layer.stride + 1
-            wo = (w + 2 * layer.pad - layer.kernel) // layer.stride + 1
-            out += _act(path, layer.activation, n, layer.filters * ho * wo)
+            out += _act(path, layer.activation, n, math.prod(output_shape(layer, shape)))
         elif isinstance(layer, Dense):
             out.append(LayerOp(path, "gemm", (("m", n), ("k", shape[0]), ("n", layer.units))))
             out += _act(path, layer.activation, n, layer.units)
