@@ -291,10 +291,10 @@ def measure(benchmark, bound) -> None:
     extra_info. With --benchmark-disable (correctness only) the gated run is all that runs."""
     import pytest
 
-    from opbench.measure import identity, pin_threads
+    from opbench.measure import identity, threads_of
 
     case, backend, state = bound.case, bound.backend, bound.state
-    threads = pin_threads(backend, state.threads)
+    threads, observation = threads_of(case, backend, state)
     data_dir = state.settings.data_dir
     try:
         split = split_of(case.name, data_dir)
@@ -311,8 +311,8 @@ def measure(benchmark, bound) -> None:
         gated.append((curve, agreed))
 
     benchmark.group = case.group
-    benchmark.extra_info.update(identity(case, backend, threads, 0.0), batch=BATCH, epochs=epochs,
-                                data=split.description, train_samples=len(split.y_train),
+    benchmark.extra_info.update(identity(case, backend, threads, 0.0), threads_observed=observation, batch=BATCH,
+                                epochs=epochs, data=split.description, train_samples=len(split.y_train),
                                 heldout_samples=len(split.y_held))
     timed: list[Curve] = []
     try:

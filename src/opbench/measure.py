@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.backends.base import Backend
+from opbench.cases import Case
 from opbench.messages import one_line
 from opbench.roofline import Implausible
 from opbench.session import Session
 
-__all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "identity", "measure", "pin_threads",
-           "setup"]
+__all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "identity", "measure",
+           "observed_threads", "pin_threads", "setup", "threads_of"]
 
 NOISY_IQR = 0.10  # IQR / median above this draws a warning
 LATENCY_PERCENTILES = (50, 90, 99)  # as serving benchmarks report them (MLPerf SingleStream: p90)
@@ -37,15 +38,58 @@ class NoisyMeasurement(UserWarning):
 
 
 def pin_threads(backend: Backend, wanted: int) -> int:
-    """Set the framework's intra-op threads to `wanted` and check that it took."""
+    """Set the framework's intra-op threads to `wanted` and check that it says it took."""
     backend.set_threads(wanted)
     got = backend.threads()
     if got != wanted:
         raise ThreadMismatch(
             f"{backend.name} would run with {got} threads, not the {wanted} requested "
-            "(TensorFlow fixes its threads when its runtime starts: run one process per count)"
+            "(TensorFlow, MXNet and JAX fix their threads when they start: run one process per count)"
         )
     return got
+
+
+CALIBRATION = 1024  # the GEMM size every framework parallelises over every core it is given
+OBSERVE_TRIES = 3  # a team seen smaller than asked is looked at again (another process's load), longer
+
+
+def calibration_case(framework: str, mode: str) -> Case:
+    """The untimed workload the threads are observed on: a float32 CALIBRATION^3 GEMM on the CPU."""
+    n = CALIBRATION
+    return Case("op", "gemm", "linalg", "forward", framework, "cpu", mode, "float32", f"{n}x{n}x{n}",
+                (("k", n), ("m", n), ("n", n)))
+
+
+def observed_threads(backend: Backend, mode: str, wanted: int, state: Session) -> tuple[int, str]:
+    """Pin the framework's threads to `wanted`, then count the threads that really compute: run
+    the calibration GEMM in `mode` (verified against NumPy) while sampling per-thread CPU time
+    (opbench.observed_threads), once per framework, mode and count in a process. Returns (count,
+    how it was observed); raises ThreadMismatch, one line, when the framework says one count and
+    computes on another. Where the kernel keeps no per-thread account the framework's word is
+    all there is, and the second item says so."""
+    from opbench.execute import prepare
+    from opbench.observed_threads import METHOD, TASKS, observe
+
+    said = pin_threads(backend, wanted)
+    key = (backend.name, mode, wanted)
+    if key not in state.observed:
+        if not TASKS.is_dir():
+            state.observed[key] = (said, f"not observed ({TASKS} does not exist): the framework's own count")
+        else:
+            prepared = prepare(calibration_case(backend.name, mode), backend)
+            prepared.verify(prepared.call())
+            seen = observe(prepared.call)
+            for i in range(1, OBSERVE_TRIES):
+                if seen.count >= wanted:
+                    break
+                seen = max(seen, observe(prepared.call, min_seconds=0.3 * 2**i), key=lambda o: o.count)
+            how = f"{METHOD}, {CALIBRATION}^3 float32 GEMMs in {mode} mode: {seen.describe()}"
+            state.observed[key] = (seen.count, how) if seen.count == wanted else ThreadMismatch(
+                f"{backend.name} {mode}: asked for {wanted} threads, observed {seen.count} ({how})")
+    result = state.observed[key]
+    if isinstance(result, ThreadMismatch):
+        raise result
+    return result
 
 
 def first_call(call: Callable[[], Any]) -> tuple[Any, float]:
@@ -144,7 +188,8 @@ class Ready:
     """A case past its gate: threads pinned, first call made (compiles), result verified."""
 
     prepared: Any
-    threads: int
+    threads: int  # observed (threads_of)
+    threads_observed: str  # how
     first_call_s: float
     max_abs_err: float
     aids: dict[str, Any]  # extra_info of the study aids that wrapped the call (none in a normal run)
@@ -160,7 +205,7 @@ def setup(case, backend, state: Session) -> Ready:
 
     from opbench.models.datasets import DataError
 
-    threads = pin_threads(backend, state.threads)
+    threads, observation = threads_of(case, backend, state)
     try:
         prepared = _prepare(case, backend, state.settings)
         result, first_s = first_call(prepared.call)
@@ -175,7 +220,16 @@ def setup(case, backend, state: Session) -> Ready:
     aids: dict[str, Any] = {}
     for wrap in state.wrappers:
         aids.update(wrap(prepared))
-    return Ready(prepared, threads, first_s, max_err, aids)
+    return Ready(prepared, threads, observation, first_s, max_err, aids)
+
+
+def threads_of(case, backend: Backend, state: Session) -> tuple[int, str]:
+    """The threads `case` computes on and how that is known: observed on the CPU, where a
+    framework may say one count and use another; the framework's count on a GPU, where the
+    device does the work."""
+    if case.device == "cpu":
+        return observed_threads(backend, case.mode, state.threads, state)
+    return pin_threads(backend, state.threads), "the framework's own count (the work runs on the GPU)"
 
 
 def identity(case, backend, threads: int, max_abs_err: float) -> dict[str, Any]:
@@ -193,7 +247,7 @@ def describe(case, backend, ready: Ready, session: Session) -> dict[str, Any]:
     its cost, its verification and the device's ceiling (with NumPy's GEMM beside it on a CPU)."""
     p = ready.prepared
     info = {**identity(case, backend, ready.threads, ready.max_abs_err), "layout": p.layout, "flops": p.flops,
-            "bytes": p.bytes, "first_call_s": ready.first_call_s, **p.extra}
+            "bytes": p.bytes, "first_call_s": ready.first_call_s, "threads_observed": ready.threads_observed, **p.extra}
     if p.flops:  # only what has a FLOP count meets the roofline
         ceiling = session.roofline.ceiling(case.device, case.dtype, backend)
         info.update(peak_gflops=ceiling.gflops, peak_derivation=ceiling.derivation,

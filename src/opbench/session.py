@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.backends import load
+from opbench.backends import load, start_threads
 from opbench.config import Settings
 from opbench.roofline import Roofline
 
@@ -29,10 +29,13 @@ class Session:
     roofline: Roofline = field(init=False)
     wrappers: list[CallWrapper] = field(default_factory=list)
     _numpy_gemm: float | None = field(default=None, init=False, repr=False)
+    # the threads observed per (framework, mode, thread count): opbench.measure.observed_threads
+    observed: dict[tuple[str, str, int], Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         s = self.settings
         self.roofline = Roofline(s.peak_gflops, s.roofline_slack, self.threads)
+        start_threads(self.threads)  # before any framework loads: some fix their threads when they start
 
     @property
     def threads(self) -> int:

@@ -15,6 +15,7 @@ import ast
 import functools
 import importlib
 import importlib.util
+import os
 import pkgutil
 import threading
 from pathlib import Path
@@ -61,6 +62,20 @@ PACKAGES = {name: f.package for name, f in declared().items()}
 
 _loaded: dict[str, Backend | Unavailable] = {}
 _lock = threading.Lock()
+_start: dict[str, int] = {}
+
+
+def start_threads(n: int) -> None:
+    """The thread count of this process, for frameworks that fix theirs when they start (MXNet's
+    engine sizes its OpenMP teams from the environment once, at import). Every measuring process
+    says it before it loads a backend; a framework already started keeps the count it started with,
+    and the thread check then reports the mismatch."""
+    _start["threads"] = n
+
+
+def threads_at_start() -> int:
+    """What start_threads() said, or every core this process may run on."""
+    return _start.get("threads") or len(os.sched_getaffinity(0))
 
 
 def installed(name: str) -> bool:
@@ -95,4 +110,5 @@ def _import(name: str) -> Backend | Unavailable:
         return Unavailable(f"{name} failed to import: {one_line(exc, limit=10_000)}")
 
 
-__all__ = ["Backend", "Framework", "Unavailable", "declared", "installed", "load", "taking_part"]
+__all__ = ["Backend", "Framework", "Unavailable", "declared", "installed", "load", "start_threads", "taking_part",
+           "threads_at_start"]

@@ -1,19 +1,50 @@
-"""MXNet itself, importable with the NumPy this project pins: the one place `import mxnet` runs,
-shared by the backend (mxnet) and its model builder (mxnet_models) so that neither imports the
-other at load time."""
+"""MXNet itself, importable with the NumPy this project pins: the one place `import mxnet`
+runs, shared by the backend (mxnet) and its model builder (mxnet_models) so that neither imports
+the other at load time.
+
+Threads: MXNet 1.9.1's engine sizes its OpenMP teams once, when libmxnet loads
+(src/engine/openmp.cc): from MXNET_OMP_MAX_THREADS, else OMP_NUM_THREADS, else half the
+processors (1 on a 2-core machine), and its worker threads never ask again; omp_set_num_threads
+or MXSetNumOMPThreads afterwards only change the calling thread. So the process's thread count
+(opbench.backends.start_threads) is put in both variables for the import, and the variables
+are restored afterwards: nothing else in the process or its children sees them.
+"""
 
 from __future__ import annotations
 
+import os
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
+
+from opbench.backends import threads_at_start
+
+STARTED_WITH = threads_at_start()  # the OpenMP threads MXNet's operators use in this process
+_VARIABLES = ("MXNET_OMP_MAX_THREADS", "OMP_NUM_THREADS")
+
+
+@contextmanager
+def _environment(values: dict[str, str]):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     if not hasattr(np, "bool"):
         np.bool = np.bool_  # MXNet 1.9 still uses the alias NumPy 1.24 removed
 
-import mxnet as mx
-from mxnet import autograd, gluon
+with _environment(dict.fromkeys(_VARIABLES, str(STARTED_WITH))):
+    import mxnet as mx
+    from mxnet import autograd, gluon
 
-__all__ = ["autograd", "gluon", "mx"]
+__all__ = ["STARTED_WITH", "autograd", "gluon", "mx"]

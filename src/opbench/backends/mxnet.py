@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.backends._mxnet import autograd, gluon, mx
+from opbench.backends._mxnet import STARTED_WITH, autograd, gluon, mx
 from opbench.backends.base import Backend, Call, Framework, Unavailable
 
 FRAMEWORK = Framework(name="mxnet", title="MXNet", package="mxnet", modes=("eager", "hybridize"), order=3)
@@ -44,9 +44,6 @@ class _Block(gluon.HybridBlock):
 
 class MxnetBackend(Backend):
     framework = FRAMEWORK
-
-    def __init__(self) -> None:
-        self._threads: int | None = None
 
     def version(self) -> str:
         return mx.__version__
@@ -81,20 +78,16 @@ class MxnetBackend(Backend):
         mx.nd.waitall()
 
     def set_threads(self, n: int) -> None:
-        """MXNet's operators size their OpenMP teams from MXSetNumOMPThreads; oneDNN and the
-        OpenMP runtime it shares with other frameworks follow omp_set_num_threads."""
+        """The engine's operators keep the OpenMP team it sized when MXNet started (see _mxnet:
+        the process's start_threads count); this sets the calling thread's count, for what MXNet
+        runs there, and threads() keeps saying what the operators will use."""
         mx.base.check_call(mx.base._LIB.MXSetNumOMPThreads(ctypes.c_int(n)))
         setter = _omp("omp_set_num_threads")
         if setter:
             setter(ctypes.c_int(n))
-        self._threads = n
 
     def threads(self) -> int:
-        getter = _omp("omp_get_max_threads")
-        effective = int(getter()) if getter else 1
-        # MXNet has no getter for its own OpenMP count: report the lower of what it was told and
-        # what the OpenMP runtime will give it.
-        return min(effective, self._threads) if self._threads else effective
+        return STARTED_WITH
 
     def _ops_module(self):
         return _Ops

@@ -143,6 +143,10 @@ class TensorflowBackend(Backend):
             "cudnn": build.get("cudnn_version"),
             "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+            # graph mode runs independent kernels side by side on the inter-op pool, each on the
+            # intra-op pool: `threads` (observed on one GEMM) is the intra-op count
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         }
 
 

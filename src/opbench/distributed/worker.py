@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from opbench.backends import start_threads
 from opbench.messages import one_line
 from opbench.models import catalogue, datasets
 from opbench.models.spec import Optimizer, init_params
@@ -91,6 +92,7 @@ class Worker:
 
     def setup(self, req: dict) -> dict:
         module, _, cls = req["engine"].partition(":")
+        start_threads(req["threads"])  # before the engine's module imports its framework
         self.model = catalogue.get(req["model"])
         self.params = init_params(self.model)
         self.global_batch, self.data_dir = req["global_batch"], req.get("data_dir", "")
