@@ -51,6 +51,7 @@ class ModelMutant:
     spec: Callable[[ModelSpec], ModelSpec] | None = None  # the model the framework builds instead
     precision: str = "float32"  # the precision the case is labelled with (--precision)
     built_in: str | None = None  # the precision the framework builds instead
+    optimizer: Callable[[Optimizer], Optimizer] | None = None  # what the timed step runs for the model's own
 
 
 def _relayered(fn: Callable[[object], object]) -> Callable[[ModelSpec], ModelSpec]:
@@ -131,6 +132,17 @@ MODEL_MUTANTS = (
                 update=_scaled(1.1)),
     ModelMutant("stale gradient", "model training", "lenet", "each step applies the previous step's gradient",
                 update=_stale),
+    ModelMutant("SGD in place of Adam", "model training", "lenet",
+                "the timed step runs plain SGD at Adam's rate (the gate's SGD steps are right)",
+                optimizer=lambda opt: Optimizer("sgd", opt.lr)),
+    ModelMutant("Adam epsilon 1e-3", "model training", "lenet",
+                "the timed step's Adam adds 1e-3, not the model's 1e-8, to its denominator",
+                optimizer=lambda opt: dataclasses.replace(opt, eps=1e-3)),
+    ModelMutant("Adam at 10x the rate", "model training", "lenet", "the timed step's Adam at ten times the rate",
+                optimizer=lambda opt: dataclasses.replace(opt, lr=10 * opt.lr)),
+    ModelMutant("SGD at 10x the rate", "model training", "mlp",
+                "the timed step's SGD at ten times the model's rate (the gate's SGD is at its own rate)",
+                optimizer=lambda opt: dataclasses.replace(opt, lr=10 * opt.lr)),
     ModelMutant("lstm bias gates swapped (training)", "model training", "lstm",
                 "input and forget gate biases in each other's place", build=_swap_lstm_bias_gates),
     ModelMutant("lstm bias gates swapped", "model inference", "lstm",
@@ -166,7 +178,8 @@ MODEL_MUTANTS = (
 
 
 class _MutatedModel:
-    """A native model whose training steps go through the mutant's update rule."""
+    """A native model whose training steps go through the mutant's update rule, or whose timed
+    step (the model's own optimizer) runs the mutant's optimizer."""
 
     def __init__(self, native, mutant: ModelMutant) -> None:
         self._native, self._mutant, self._state = native, mutant, {}
@@ -175,7 +188,11 @@ class _MutatedModel:
         return getattr(self._native, name)
 
     def train_step(self, x, y, optimizer):
+        if self._mutant.optimizer and optimizer == catalogue.get(self._mutant.model).optimizer:
+            optimizer = self._mutant.optimizer(optimizer)
         step = self._native.train_step(x, y, optimizer)
+        if self._mutant.update is None:
+            return step
 
         def call():
             before = self._native.get_params()
@@ -195,7 +212,7 @@ def applied(mutant: ModelMutant, backend) -> Iterator[None]:
         model = mutant.spec(model) if mutant.spec else model
         native = real(model, mutant.build(params) if mutant.build else params, device,
                       mutant.built_in or precision, mode)
-        return _MutatedModel(native, mutant) if mutant.update else native
+        return _MutatedModel(native, mutant) if mutant.update or mutant.optimizer else native
 
     backend.build = build
     try:

@@ -206,7 +206,7 @@ def check_logits(what: str, got: np.ndarray, want: np.ndarray, allowance: float 
 
 
 def check_update(
-    case: Case, step: int, before: dict, after: dict, want_before: dict, want_after: dict,
+    case: Case, step: str, before: dict, after: dict, want_before: dict, want_after: dict,
     emulated_error: dict | None = None,
 ) -> float:
     """The worst relative error of one SGD step's update over the parameter tensors: each
@@ -225,9 +225,56 @@ def check_update(
         err = _relative(got, ref_after - want_before[name], ref_after)
         if not err <= min(UPDATE_RTOL + SLACK * (emulated_error or {}).get(name, 0.0), MAX_UPDATE_ERR):
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
-                                   f"in SGD step {step} differs from NumPy's by {err:.3g} of its norm")
+                                   f"in {step} differs from NumPy's by {err:.3g} of its norm")
         worst = max(worst, err)
     return worst
+
+
+def optimizer_update(model: ModelSpec, params: dict, grads: dict, state: dict, opt: Optimizer, lstm_biases: int,
+                     eps_corrected: bool) -> dict:
+    """The reference's first step of `opt` (the study's optimizer, as the timed step runs it) from
+    `params`: SGD at its rate, or Adam's first step with the framework's epsilon convention.
+    An optimizer the reference does not have is an error: a step that cannot be checked is not
+    timed."""
+    if opt.name == "sgd":
+        return reference.sgd_update(model, params, grads, state, opt.lr, lstm_biases)
+    if opt.name == "adam":
+        return reference.adam_update(model, params, grads, state, ({}, {}), 1, opt, lstm_biases, eps_corrected)[0]
+    raise CorrectnessError(f"{model.name}: the reference has no optimizer {opt.name!r}; its timed step cannot be "
+                           "checked, so it is not timed")
+
+
+@functools.lru_cache(maxsize=8)
+def reference_timed_step(
+    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
+) -> tuple[dict, dict]:
+    """The parameters (with running statistics) after the first timed step, the model's own
+    optimizer on batch 0 from the initial weights, in float64; and each tensor's update error
+    when the same step's pass runs in `dtype` and the weights are stored as the framework stores
+    them (its conditioning, measured as emulated_errors() measures the gate's steps)."""
+    model = catalogue.get(name)
+    initial, opt = _initial(model), model.optimizer
+    _, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
+    want = optimizer_update(model, initial, grads, state, opt, lstm_biases, eps_corrected)
+    x, y = datasets.batch(model, batch, data_dir)
+    _, low_grads, low_state = _run_in(dtype, model, initial, x.astype(np.float64), y, unbiased_var)
+    wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
+    master = np.float64 if precision.rounder(dtype) else np.float32
+    got = optimizer_update(model, initial, wide(low_grads), wide(low_state), opt, lstm_biases, eps_corrected)
+    got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
+    return want, {k: _relative(got[k] - initial[k], want[k] - initial[k], want[k]) for k in want}
+
+
+def check_timed_step(case: Case, native, before: dict, lowp: str, data_dir: str) -> float:
+    """The step that is timed, checked after its first call: every tensor's update by the
+    study's own optimizer (Adam, SGD at the study's rate) against the reference's, within what
+    the precision allows. The gate's SGD steps prove the gradients; this proves the update rule,
+    its rate and its constants, which the gate's SGD never runs."""
+    opt = catalogue.get(case.name).optimizer
+    want, allowed = reference_timed_step(case.name, case.p["batch"], data_dir, native.lstm_biases,
+                                         native.unbiased_var, native.adam_eps_corrected, lowp)
+    step = f"the timed {opt.name} step (lr {opt.lr:g})"
+    return check_update(case, step, before, native.get_params(), _initial(catalogue.get(case.name)), want, allowed)
 
 
 def scalar(backend: Backend, loss) -> float:
@@ -253,7 +300,8 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> floa
         got = scalar(backend, native.train_step(x, y, sgd)())
         check_loss(f"{what}: SGD step {i} loss", got, want, loss_allowance(allowed, i, want, lowp))
         after = native.get_params()
-        worst = max(worst, check_update(case, i, before, after, trajectory[i], trajectory[i + 1], allowed.updates[i]))
+        worst = max(worst, check_update(case, f"SGD step {i}", before, after, trajectory[i], trajectory[i + 1],
+                                        allowed.updates[i]))
         if i == 0 and lowp != "float32":
             f32 = emulated_errors(*key, "float32")
             check_low_precision(f"{what}: SGD step 0's update", total_error(before, after, *trajectory[:2]),
@@ -315,8 +363,8 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
 
         def verify(result) -> float:
             got = scalar(backend, result)
-            return max(param_err, check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss,
-                                             allowance))
+            loss_err = check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss, allowance)
+            return max(param_err, loss_err, check_timed_step(case, native, params, lowp, data_dir))
     else:
         want_logits = _reference_logits(case.name, batch, data_dir)
         allowed = emulated_logits(case.name, batch, data_dir, lowp).logits_max if lowp != "float32" else 0.0
