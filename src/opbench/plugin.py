@@ -13,7 +13,7 @@ import pytest
 
 from opbench import backends, ops, suite
 from opbench import config as cfg
-from opbench.backends.base import Backend, Unavailable
+from opbench.backends.base import Backend, NotCompiled, Unavailable
 from opbench.cases import Case
 from opbench.config import ConfigError, Settings
 from opbench.distributed.cases import dist_cases
@@ -240,7 +240,8 @@ def _bind(request: pytest.FixtureRequest) -> Bound:
         pytest.skip(str(exc))
     issue = known_issue(case, backend.version())
     if issue:
-        request.node.add_marker(pytest.mark.xfail(reason=issue.reason, raises=execute.CorrectnessError, strict=True))
+        raises = NotCompiled if issue.not_compiled else execute.CorrectnessError
+        request.node.add_marker(pytest.mark.xfail(reason=issue.reason, raises=raises, strict=True))
     return Bound(case, backend, request.config.stash[STATE])
 
 

@@ -137,5 +137,10 @@ class Backend(abc.ABC):
         return {"version": self.version()}
 
 
+class NotCompiled(Exception):
+    """A compiled mode could not compile the whole call (a graph break under fullgraph): timing it
+    would time part of it eagerly under the compiled label, so it is not timed."""
+
+
 class Unavailable(Exception):
     """A framework, device, mode or dtype cannot run here; the message is the skip reason."""

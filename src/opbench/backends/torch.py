@@ -8,7 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from opbench.backends.base import Backend, Call, Framework
+from opbench.backends.base import Backend, Call, Framework, NotCompiled
+from opbench.messages import one_line
 from opbench.models import precision
 from opbench.roofline import GpuFacts
 
@@ -23,6 +24,21 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 # A compiled benchmark must never fall back to eager behind our back.
 torch._dynamo.config.fail_on_recompile_limit_hit = True
+
+
+def _whole_graph(fn):
+    """`fn` compiled whole (fullgraph): a graph break, which would run part of a model's step
+    eagerly under the compile label (nn.LSTM: "Attempted to wrap RNN, GRU, or LSTM"), raises
+    NotCompiled on the first call instead."""
+    compiled = torch.compile(fn, dynamic=False, fullgraph=True)
+
+    def call(*args):
+        try:
+            return compiled(*args)
+        except torch._dynamo.exc.Unsupported as exc:
+            raise NotCompiled(f"torch.compile(fullgraph=True): {one_line(exc, limit=200)}") from None
+
+    return call
 
 
 class TorchBackend(Backend):
@@ -104,7 +120,7 @@ class TorchBackend(Backend):
         self._mode(lambda: None, mode)  # an unknown mode is an error here, not an eager model
         if mode == "compile":
             torch._dynamo.reset()
-        compile_fn = (lambda fn: torch.compile(fn, dynamic=False)) if mode == "compile" else (lambda fn: fn)
+        compile_fn = _whole_graph if mode == "compile" else (lambda fn: fn)
         amp = precision.low_dtype(dtype, device)
         return torch_models.TorchModel(model, params, device, dtype, mode, _DTYPES["float32"], _DEVICES[device],
                                        compile_fn, amp and _DTYPES[amp])
