@@ -52,6 +52,8 @@ class ModelMutant:
     precision: str = "float32"  # the precision the case is labelled with (--precision)
     built_in: str | None = None  # the precision the framework builds instead
     optimizer: Callable[[Optimizer], Optimizer] | None = None  # what the timed step runs for the model's own
+    claims: tuple[tuple[str, Callable[[object], object]], ...] = ()  # conventions the model states wrongly
+    profile: str = "quick"  # the profile whose batch the case runs at
 
 
 def _relayered(fn: Callable[[object], object]) -> Callable[[ModelSpec], ModelSpec]:
@@ -143,6 +145,10 @@ MODEL_MUTANTS = (
     ModelMutant("SGD at 10x the rate", "model training", "mlp",
                 "the timed step's SGD at ten times the model's rate (the gate's SGD is at its own rate)",
                 optimizer=lambda opt: dataclasses.replace(opt, lr=10 * opt.lr)),
+    ModelMutant("biased running variance at batch 128", "model training", "resnet20",
+                "the running variance moves with the biased batch variance where the framework says unbiased "
+                "(or the reverse): 1/127 of the variance's update, under a 1e-3 floor",
+                claims=(("unbiased_var", lambda unbiased: not unbiased),), profile="full"),
     ModelMutant("lstm bias gates swapped (training)", "model training", "lstm",
                 "input and forget gate biases in each other's place", build=_swap_lstm_bias_gates),
     ModelMutant("lstm bias gates swapped", "model inference", "lstm",
@@ -185,7 +191,9 @@ class _MutatedModel:
         self._native, self._mutant, self._state = native, mutant, {}
 
     def __getattr__(self, name):
-        return getattr(self._native, name)
+        claimed = dict(self._mutant.claims).get(name)
+        value = getattr(self._native, name)
+        return claimed(value) if claimed else value
 
     def train_step(self, x, y, optimizer):
         if self._mutant.optimizer and optimizer == catalogue.get(self._mutant.model).optimizer:
@@ -212,7 +220,7 @@ def applied(mutant: ModelMutant, backend) -> Iterator[None]:
         model = mutant.spec(model) if mutant.spec else model
         native = real(model, mutant.build(params) if mutant.build else params, device,
                       mutant.built_in or precision, mode)
-        return _MutatedModel(native, mutant) if mutant.update or mutant.optimizer else native
+        return _MutatedModel(native, mutant) if mutant.update or mutant.optimizer or mutant.claims else native
 
     backend.build = build
     try:
@@ -232,7 +240,7 @@ def model_survives(mutant: ModelMutant, framework: str) -> str | None:
     """None when the gate catches the mutant; otherwise what the gate accepted."""
     backend = backends.load(framework)
     direction = "training" if mutant.gate == "model training" else "inference"
-    case = model_case(framework, mutant.model, direction, precision=mutant.precision)
+    case = model_case(framework, mutant.model, direction, mutant.profile, mutant.precision)
     execute.require(case)  # Unavailable where the benchmark itself would be skipped (MXNet's amp)
     with applied(mutant, backend):
         try:

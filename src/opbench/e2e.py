@@ -205,6 +205,19 @@ def check_logits(what: str, got: np.ndarray, want: np.ndarray, allowance: float 
     return err
 
 
+def update_limit(name: str, emulated: float | None) -> float:
+    """How far a tensor's update may be from the reference's, relative to its norm: UPDATE_RTOL
+    plus SLACK times its emulated error in the precision, never past MAX_UPDATE_ERR. A running
+    mean or variance is held to its own error alone, SLACK times the emulated one (at least one
+    float32 rounding): its update is a batch statistic the framework computes as the reference
+    does, measured within 1.33 of the emulated error in every framework and mode (ResNet-20), and
+    a floor of 1e-3 let a biased running variance through at batch 128 (8.4e-5 off). Without an
+    emulation (the distributed gate) the plain rule applies."""
+    if emulated is not None and is_state(name):
+        return min(SLACK * max(emulated, float(precision.UNIT_ROUNDOFF["float32"])), MAX_UPDATE_ERR)
+    return min(UPDATE_RTOL + SLACK * (emulated or 0.0), MAX_UPDATE_ERR)
+
+
 def check_update(
     case: Case, step: str, before: dict, after: dict, want_before: dict, want_after: dict,
     emulated_error: dict | None = None,
@@ -223,7 +236,7 @@ def check_update(
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the model has no parameter {name}")
         got = np.asarray(after[name], dtype=np.float64) - np.asarray(before[name], dtype=np.float64)
         err = _relative(got, ref_after - want_before[name], ref_after)
-        if not err <= min(UPDATE_RTOL + SLACK * (emulated_error or {}).get(name, 0.0), MAX_UPDATE_ERR):
+        if not err <= update_limit(name, (emulated_error or {}).get(name)):
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in {step} differs from NumPy's by {err:.3g} of its norm")
         worst = max(worst, err)

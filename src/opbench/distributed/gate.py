@@ -50,7 +50,7 @@ def equivalence(case, group: WorkerGroup, data_dir: str, lstm_biases: int) -> fl
         after = _params(group, f"step{i}")
         for rank, (b, a) in enumerate(zip(before, after, strict=True)):
             try:
-                worst = max(worst, check_update(case, i, b, a, trajectory[i], trajectory[i + 1]))
+                worst = max(worst, check_update(case, f"SGD step {i}", b, a, trajectory[i], trajectory[i + 1]))
             except CorrectnessError as exc:
                 raise CorrectnessError(f"worker {rank}: {exc}") from None
         before = after
