@@ -255,11 +255,12 @@ def model_survives(mutant: ModelMutant, framework: str) -> str | None:
 class _WrongFeed(convergence.Feed):
     """A framework's input pipeline that departs from the plan in one way."""
 
-    def __init__(self, plan: convergence.Feed, how: str) -> None:
+    def __init__(self, plan: convergence.Feed, how: str, on_epoch: Callable[[int], None] = lambda index: None) -> None:
         super().__init__(plan.split, plan.batch)
-        self.how = how
+        self.how, self.on_epoch = how, on_epoch
 
     def epoch(self, index: int):
+        self.on_epoch(index)
         batches = super().epoch(index)
         if self.how == "order":  # its own shuffle: another seed
             return super().epoch(index + 1000)
@@ -284,7 +285,7 @@ class ConvergenceMutant:
     model: str
     why: str
     how: str = ""
-    train_mode_eval: bool = False
+    train_mode_eval: str = ""  # "" (never), "always", "after epoch 1", "in timed runs"
 
 
 CONVERGENCE_MUTANTS = (
@@ -295,7 +296,13 @@ CONVERGENCE_MUTANTS = (
     ConvergenceMutant("training accuracy as held-out", "mlp", "held-out accuracy measured on training samples",
                       how="training as held-out"),
     ConvergenceMutant("evaluated in training mode", "digits-bn", "batch norm keeps batch statistics at evaluation",
-                      train_mode_eval=True),
+                      train_mode_eval="always"),
+    ConvergenceMutant("evaluated in training mode after epoch 1", "digits-bn",
+                      "the model is left in training mode once the first evaluation is done",
+                      train_mode_eval="after epoch 1"),
+    ConvergenceMutant("evaluated in training mode in timed runs", "digits-bn",
+                      "the gated run evaluates right, the timed runs in training mode",
+                      train_mode_eval="in timed runs"),
 )
 
 # An MNIST-shaped model with batch norm, where evaluating in training mode changes the logits.
@@ -305,20 +312,31 @@ DIGITS_BN = ModelSpec("digits-bn", (1, 28, 28), (
 
 
 def convergence_survives(mutant: ConvergenceMutant, framework: str) -> str | None:
-    """None when the convergence gate catches the mutant in one epoch of eager training."""
+    """None when the convergence gate catches the mutant: one epoch of eager training (two where
+    it acts from the second epoch), and a timed run after it where it acts there."""
     backend = backends.load(framework)
     model = DIGITS_BN if mutant.model == DIGITS_BN.name else catalogue.get(mutant.model)
+    wrong_eval = mutant.train_mode_eval
+    epochs = 2 if wrong_eval == "after epoch 1" else 1
     with _registered(model):
         plan = convergence.Feed(convergence.split_of(model.name))
         native = backend.build(model, init_params(model), "cpu", "float32", "eager")
-        if mutant.train_mode_eval:
-            native.infer = _training_mode_infer(native, framework)
+        right = native.infer
+        wrong = _training_mode_infer(native, framework) if wrong_eval else right
+        runs = ["the gated run", "timed run 1"] if wrong_eval == "in timed runs" else ["the gated run"]
+
+        def on_epoch(run: str, index: int) -> None:
+            native.infer = wrong if (wrong_eval == "always" or (wrong_eval == "after epoch 1" and index >= 1)
+                                     or (wrong_eval == "in timed runs" and run != "the gated run")) else right
+
         case = Case("model", model.name, "convergence", "convergence", framework, "cpu", "eager", "float32",
-                    f"{model.name}-b64-e1", (("batch", 64), ("epochs", 1)))
-        curve = convergence.train(native, backend, model, _WrongFeed(plan, mutant.how), 1)
+                    f"{model.name}-b64-e{epochs}", (("batch", 64), ("epochs", epochs)))
         try:
-            agreed = convergence.check_plan_and_curve(case, native, plan, curve, "")
-            convergence.check_evaluation(case, plan, curve)
+            for run in runs:
+                feed = _WrongFeed(plan, mutant.how, lambda index, run=run: on_epoch(run, index))
+                curve = convergence.train(native, backend, model, feed, epochs)
+                agreed = convergence.check_plan_and_curve(case, native, plan, curve, "")
+                convergence.check_evaluation(case, plan, curve, run)
         except CorrectnessError:
             return None
     return f"passed, following the reference for {agreed} steps"

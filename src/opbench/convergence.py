@@ -39,6 +39,7 @@ HELDOUT_EVERY = 5  # every 5th sample is held out
 EPOCHS = {"quick": 1, "full": 8}
 ROUNDS = {"quick": 1, "full": 3}  # whole runs; with 3 or more the fastest and slowest are dropped (MLPerf's rule)
 EVAL_CHUNK = 500  # samples per inference call when evaluating
+EVAL_CHECKED = 100  # held-out samples whose logits are checked against the reference after every epoch
 # The loss curve must follow the reference's band for this many first steps. Past them float32 runs of
 # Adam part chaotically (it normalises each gradient, so a rounding that flips a near-zero component
 # moves the weight by the full rate): measured leaving steps for LeNet run from 19 (TensorFlow eager)
@@ -159,8 +160,8 @@ class Curve:
     step_s: list[float] = field(default_factory=list)
     digests: list[str] = field(default_factory=list)
     points: list[dict] = field(default_factory=list)  # epoch, step, seconds, loss, train_acc, heldout_acc
-    first_logits: np.ndarray | None = None  # the held-out logits after the first epoch
-    first_params: dict | None = None  # the weights they came from
+    # after every epoch: the logits of the first EVAL_CHECKED held-out samples and the weights they came from
+    evaluations: list[tuple[np.ndarray, dict]] = field(default_factory=list)
 
     def reached(self, target: float) -> dict | None:
         return next((p for p in self.points if p["heldout_acc"] >= target), None)
@@ -195,8 +196,7 @@ def train(native, backend: Backend, model: ModelSpec, feed: Feed, epochs: int) -
         seconds += sum(curve.step_s[-len(batches):])
         held_acc, held_logits = evaluate(native, backend, *feed.heldout())
         train_acc, _ = evaluate(native, backend, *feed.training())
-        if epoch == 0:
-            curve.first_logits, curve.first_params = held_logits, native.get_params()
+        curve.evaluations.append((held_logits[:EVAL_CHECKED], native.get_params()))
         curve.points.append({"epoch": epoch + 1, "step": len(curve.losses), "seconds": seconds,
                              "loss": float(np.mean(curve.losses[-len(batches):])),
                              "train_acc": train_acc, "heldout_acc": held_acc})
@@ -225,16 +225,18 @@ def check_plan_and_curve(case: Case, native, plan: Feed, curve: Curve, data_dir:
     return agreed
 
 
-def check_evaluation(case: Case, plan: Feed, curve: Curve) -> None:
-    """The held-out logits after the first epoch are the reference model's, in inference mode, on
-    the held-out samples, from the framework's own weights. Raises CorrectnessError."""
+def check_evaluation(case: Case, plan: Feed, curve: Curve, run: str = "the gated run") -> None:
+    """After every epoch of `run`, the held-out logits of a fixed slice (the first EVAL_CHECKED
+    held-out samples) are the reference model's in inference mode, from the framework's own
+    weights at that point: a run that evaluates in training mode (batch statistics, dropout) from
+    some epoch on, or only in its timed runs, fails there. Raises CorrectnessError."""
     model = catalogue.get(case.name)
-    x_held, _ = plan.heldout()
-    params = {k: v.astype(np.float64) for k, v in curve.first_params.items()}
-    ref = reference.forward(model, params, x_held.astype(np.float64))
-    check_logits(f"{case.framework} {case.mode} {case.name}: held-out evaluation after epoch 1 against the "
-                 "reference model with the framework's weights (in training mode, or on other samples?)",
-                 curve.first_logits, ref)
+    x_held = plan.heldout()[0][:EVAL_CHECKED].astype(np.float64)
+    for epoch, (logits, weights) in enumerate(curve.evaluations, start=1):
+        ref = reference.forward(model, {k: v.astype(np.float64) for k, v in weights.items()}, x_held)
+        check_logits(f"{case.framework} {case.mode} {case.name}: held-out evaluation after epoch {epoch} of {run} "
+                     "against the reference model with the framework's weights (in training mode, or on other "
+                     "samples?)", logits, ref)
 
 
 def trimmed(values: list[float]) -> list[float]:
@@ -322,8 +324,9 @@ def measure(benchmark, bound) -> None:
             gate()
             benchmark.pedantic(lambda: timed.append(train(native, backend, model, plan, epochs)),
                                rounds=ROUNDS[state.settings.profile], iterations=1)
-            for curve in timed:
+            for i, curve in enumerate(timed, start=1):
                 check_plan_and_curve(case, native, plan, curve, data_dir)
+                check_evaluation(case, plan, curve, f"timed run {i}")
     except BaseException:
         benchmark.has_error = True
         raise
