@@ -54,6 +54,7 @@ class ModelMutant:
     optimizer: Callable[[Optimizer], Optimizer] | None = None  # what the timed step runs for the model's own
     claims: tuple[tuple[str, Callable[[object], object]], ...] = ()  # conventions the model states wrongly
     profile: str = "quick"  # the profile whose batch the case runs at
+    native: Callable[[object, str], None] | None = None  # changes the built native model (framework-specific)
 
 
 def _relayered(fn: Callable[[object], object]) -> Callable[[ModelSpec], ModelSpec]:
@@ -119,6 +120,40 @@ def _drop_bias(layer: str) -> Callable[[Params], Params]:
     return lambda params: {**params, f"{layer}.b": np.zeros_like(params[f"{layer}.b"])}
 
 
+def _torch_only(framework: str):
+    if framework != "torch":
+        raise backends.Unavailable("this mixed-precision mutant is written for PyTorch's autocast")
+    import torch
+
+    return torch
+
+
+def _one_layer_in_float32(native, framework: str) -> None:
+    """LeNet's first convolution runs outside autocast, on a float32 input."""
+    torch = _torch_only(framework)
+    module = native._leaves["0"]
+    real = module.forward
+
+    def forward(x):
+        with torch.autocast("cpu", enabled=False):
+            return real(x.float())
+
+    module.forward = forward
+
+
+def _float16_autocast(native, framework: str) -> None:
+    """autocast to float16 where the CPU's low precision is bfloat16."""
+    native._amp = _torch_only(framework).float16
+
+
+def _low_precision_loss(native, framework: str) -> None:
+    """the cross-entropy of the bfloat16 logits, in bfloat16 (no cast to float32 first)."""
+    import torch.nn.functional as F
+
+    _torch_only(framework)
+    native._loss = lambda x, y: F.cross_entropy(native._logits(x), y)
+
+
 MODEL_MUTANTS = (
     ModelMutant("no update", "model training", "lenet", "the optimizer step never runs",
                 update=lambda before, after, state: dict(before)),
@@ -149,6 +184,17 @@ MODEL_MUTANTS = (
                 "the running variance moves with the biased batch variance where the framework says unbiased "
                 "(or the reverse): 1/127 of the variance's update, under a 1e-3 floor",
                 claims=(("unbiased_var", lambda unbiased: not unbiased),), profile="full"),
+    ModelMutant("amp on part of the network", "model training", "lenet",
+                "the first convolution computes in float32 under the amp label (error size alone cannot tell: "
+                "0.053 against full bfloat16's 0.064)", precision="amp", native=_one_layer_in_float32),
+    ModelMutant("float16 for bfloat16", "model training", "lenet",
+                "autocast to float16 on a CPU whose amp type is bfloat16", precision="amp",
+                native=_float16_autocast),
+    ModelMutant("low-precision loss", "model training", "lenet",
+                "softmax cross-entropy computed in bfloat16", precision="amp", native=_low_precision_loss),
+    ModelMutant("batch-norm epsilon changed (amp training)", "model training", "resnet20",
+                "Keras' default epsilon (1e-3) where the model says 1e-5, trained under amp",
+                spec=_batch_norms(eps=lambda bn: 1e-3), precision="amp"),
     ModelMutant("lstm bias gates swapped (training)", "model training", "lstm",
                 "input and forget gate biases in each other's place", build=_swap_lstm_bias_gates),
     ModelMutant("lstm bias gates swapped", "model inference", "lstm",
@@ -220,6 +266,8 @@ def applied(mutant: ModelMutant, backend) -> Iterator[None]:
         model = mutant.spec(model) if mutant.spec else model
         native = real(model, mutant.build(params) if mutant.build else params, device,
                       mutant.built_in or precision, mode)
+        if mutant.native and precision != "float32":  # the amp build, not its float32 twin
+            mutant.native(native, backend.name)
         return _MutatedModel(native, mutant) if mutant.update or mutant.optimizer or mutant.claims else native
 
     backend.build = build

@@ -186,6 +186,22 @@ def test_report_shows_the_amp_speedup_over_each_models_float32_run(tmp_path, cap
     assert rows == [["resnet20-training[cpu-amp-resnet20-b8]", "-", "x1.50"]]  # columns jax/eager, torch/eager
 
 
+def test_report_shows_what_ran_as_observed(tmp_path, capsys):
+    seen = "per-thread CPU time from /proc/self/task/*/stat, 1024^3 float32 GEMMs in eager mode: 2 threads"
+    run = write(tmp_path / "r.json", [
+        bench("test_training[torch-cpu-eager-amp-lenet-b32]", 2e-3, group="lenet-training[cpu-amp-lenet-b32]",
+              flops=None, model="lenet", threads=2, threads_observed=seen, compute_dtype="bfloat16",
+              compute_types={"0": "bfloat16", "weights": "float32", "loss": "float32"}),
+        bench("test_gemm[mxnet-cpu-eager-float32-64x64x64]", 1e-4, framework="mxnet", threads=1,
+              threads_observed="not observed (/proc/self/task does not exist): the framework's own count"),
+    ])
+    assert cli.main(["report", str(run)]) == 0
+    section = capsys.readouterr().out.split("what ran, observed:")[1]
+    rows = {line.split("  ")[0]: line for line in section.splitlines() if line.startswith(("lenet", "gemm"))}
+    assert "2 threads, bfloat16" in rows["lenet-training[cpu-amp-lenet-b32]"]
+    assert "1 threads (said)" in rows["gemm-forward[cpu-float32-64x64x64]"]
+
+
 def test_no_amp_table_without_an_amp_run(tmp_path, capsys):
     run = write(tmp_path / "r.json", [bench("test_gemm[torch-cpu-eager-float32-64x64x64]", 1e-4)])
     assert cli.main(["report", str(run)]) == 0

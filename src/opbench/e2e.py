@@ -11,6 +11,7 @@ weights reset, and the step timed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -273,9 +274,23 @@ def reference_timed_step(
     _, low_grads, low_state = _run_in(dtype, model, initial, x.astype(np.float64), y, unbiased_var)
     wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
     master = np.float64 if precision.rounder(dtype) else np.float32
-    got = optimizer_update(model, initial, wide(low_grads), wide(low_state), opt, lstm_biases, eps_corrected)
+    low_grads, low_state = wide(low_grads), wide(low_state)
+    got = optimizer_update(model, initial, low_grads, low_state, opt, lstm_biases, eps_corrected)
     got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
-    return want, {k: _relative(got[k] - initial[k], want[k] - initial[k], want[k]) for k in want}
+    errors = {k: _relative(got[k] - initial[k], want[k] - initial[k], want[k]) for k in want}
+    if precision.rounder(dtype) is None:
+        return want, errors
+    # In low precision another correct framework rounds elsewhere: each gradient element may lie
+    # up to twice the emulation's own error on either side of the emulated one. Adam divides each
+    # element by its own size, so an element near zero moves its whole step under such an error:
+    # the step's allowance is the largest change of the update over that interval (its
+    # derivative is monotonic, the ends bound it), not the emulation's one draw.
+    spread = {k: 2 * np.abs(low_grads[k] - grads[k]) for k in grads}
+    for sign in (1.0, -1.0):
+        moved = {k: g + sign * spread[k] for k, g in low_grads.items()}
+        other = optimizer_update(model, initial, moved, low_state, opt, lstm_biases, eps_corrected)
+        errors = {k: max(errors[k], _relative(other[k] - got[k], want[k] - initial[k], want[k])) for k in want}
+    return want, errors
 
 
 def check_timed_step(case: Case, native, before: dict, lowp: str, data_dir: str) -> float:
@@ -357,15 +372,74 @@ def time_to_target(case: Case, backend: Backend, native, params: dict) -> dict:
             "target_loss": target}
 
 
+def dtype_name(tensor) -> str:
+    """A framework tensor's element type as NumPy names it: "float32", "bfloat16"."""
+    d = tensor.dtype
+    name = getattr(d, "name", None)
+    return name if isinstance(name, str) else str(d).removeprefix("torch.")
+
+
+def check_precision_ran(case: Case, native, x, y, lowp: str, loss=None) -> dict:
+    """What ran against what the precision promises, read from the framework
+    (NativeModel.product_dtypes: hooks, dtype policies, the traced program), not from the label:
+    every product (dense, convolution, LSTM layer) in `lowp`, the trained weights float32 masters,
+    the loss float32. Raises CorrectnessError naming the layer and the type; returns the
+    extra_info entries: compute_dtype (as observed) and compute_types (everything seen)."""
+    what = f"{case.framework} {case.mode} {case.name} ({case.dtype})"
+    seen = native.product_dtypes(x, y)
+    if seen is None:
+        return {"compute_dtype": lowp, "compute_types": f"not observed: the label ({case.framework} cannot say)"}
+    weights, kinds = seen.pop("weights", "float32"), native.compute_layers()
+    for where, dtype in seen.items():
+        if dtype != lowp:
+            layer = f"layer {where} ({kinds[where]})" if where in kinds else where
+            raise CorrectnessError(f"{what}: {layer} computed in {dtype}, not {lowp}")
+    if weights != "float32":
+        raise CorrectnessError(f"{what}: the trained weights are {weights}, not float32 masters")
+    seen["weights"] = weights
+    if loss is not None:
+        seen["loss"] = dtype_name(loss)
+        if seen["loss"] != "float32":
+            raise CorrectnessError(f"{what}: the loss is computed in {seen['loss']}, not float32")
+    return {"compute_dtype": lowp if seen else "unknown", "compute_types": seen}
+
+
+def float32_twin(case: Case, backend: Backend, data_dir: str) -> None:
+    """A mixed-precision case's own build in float32 must pass the float32 gate first, its timed
+    step's update rule included: a mistake that amp's wider tolerance would hide (a batch-norm
+    epsilon, a momentum convention, an optimizer constant) is seen where it can be. Built and gated
+    before the amp model (a compiled mode's caches start anew
+    with each build)."""
+    twin = dataclasses.replace(case, dtype="float32")
+    model = catalogue.get(case.name)
+    native = backend.build(model, init_params(model), case.device, "float32", case.mode)
+    if case.direction == "training":
+        sgd_equivalence(twin, backend, native, data_dir)
+        params = init_params(model)
+        native.set_params(params)
+        x, y = native.inputs(*datasets.batch(model, case.p["batch"], data_dir))
+        native.train_step(x, y, model.optimizer)()
+        check_timed_step(twin, native, params, "float32", data_dir)
+    else:
+        x, _ = native.inputs(*datasets.batch(model, case.p["batch"], data_dir))
+        logits = backend.to_numpy(native.infer(x)()).astype(np.float64)
+        check_logits(f"{case.framework} {case.mode} {case.name} (float32 build of the amp case)", logits,
+                     _reference_logits(case.name, case.p["batch"], data_dir))
+
+
 def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
     """Build the model, prove equivalence, and return the callable to time."""
     model = catalogue.get(case.name)
     batch = case.p["batch"]
+    lowp = precision.compute_dtype(case.dtype, case.device)
+    if lowp != "float32":
+        float32_twin(case, backend, data_dir)
     params = init_params(model)
     native = backend.build(model, params, case.device, case.dtype, case.mode)
     x, y = native.inputs(*datasets.batch(model, batch, data_dir))
+    extra = {"batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
+             "data": "real" if data_dir else "synthetic", "precision": case.dtype}
 
-    lowp = precision.compute_dtype(case.dtype, case.device)
     if case.direction == "training":
         param_err = sgd_equivalence(case, backend, native, data_dir)
         key = (case.name, batch, data_dir, SGD_STEPS, native.lstm_biases, native.unbiased_var)
@@ -377,7 +451,9 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
         def verify(result) -> float:
             got = scalar(backend, result)
             loss_err = check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss, allowance)
-            return max(param_err, loss_err, check_timed_step(case, native, params, lowp, data_dir))
+            step_err = check_timed_step(case, native, params, lowp, data_dir)
+            extra.update(check_precision_ran(case, native, x, y, lowp, result))
+            return max(param_err, loss_err, step_err)
     else:
         want_logits = _reference_logits(case.name, batch, data_dir)
         allowed = emulated_logits(case.name, batch, data_dir, lowp).logits_max if lowp != "float32" else 0.0
@@ -386,6 +462,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
         def verify(result) -> float:
             logits = backend.to_numpy(result).astype(np.float64)
             err = check_logits(f"{case.framework} {case.mode} {case.name}", logits, want_logits, SLACK * allowed)
+            extra.update(check_precision_ran(case, native, x, y, lowp))
             if lowp != "float32":
                 f32, low = (emulated_logits(case.name, batch, data_dir, t).logits_rel for t in ("float32", lowp))
                 check_low_precision(f"{case.framework} {case.mode} {case.name}: logits",
@@ -393,9 +470,6 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
             return err
 
     call = synchronised(run, backend, case.device)
-    extra = {"batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
-             "data": "real" if data_dir else "synthetic", "precision": case.dtype,
-             "compute_dtype": precision.compute_dtype(case.dtype, case.device)}
     prepared = Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
                         peak_memory=native.peak_memory)
     if case.direction == "training":

@@ -160,6 +160,20 @@ def _adam(opt: Optimizer):
     return update, init
 
 
+_PRODUCTS = ("dot_general", "conv_general_dilated")
+
+
+def _equations(jaxpr):
+    """Every equation of a jaxpr and of the jaxprs inside it (jit, scan, cond), depth first."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
 class JaxModel(NativeModel):
     """`amp`: the low-precision type of mixed precision (float32 master weights, products and
     activations in `amp`), None for float32. float16 scales the loss by precision.LOSS_SCALE
@@ -171,6 +185,7 @@ class JaxModel(NativeModel):
         self.params = {name: None for name in param_shapes(spec)}
         self.set_params(params)
         self._forward = wrap(lambda params, x: forward(spec, params, x, amp))
+        self._amp = amp
         scale = precision.LOSS_SCALE if amp == jnp.float16 else 1.0
 
         def scaled(params, x, y):
@@ -183,6 +198,15 @@ class JaxModel(NativeModel):
 
         self._grad = grad
         self._steps: dict[Optimizer, tuple] = {}  # one traced (compiled) step per optimizer, reused
+
+    def product_dtypes(self, x, y):
+        """The element types of every product in the traced forward program (jax.make_jaxpr: what
+        XLA is given), in program order, the LSTM's loop body included."""
+        jaxpr = jax.make_jaxpr(lambda params, x: forward(self.spec, params, x, self._amp))(self.params, x)
+        seen = {f"{eqn.primitive.name} {i}": ",".join(sorted({str(v.aval.dtype) for v in eqn.invars}))
+                for i, eqn in enumerate(e for e in _equations(jaxpr.jaxpr) if e.primitive.name in _PRODUCTS)}
+        seen["weights"] = ",".join(sorted({str(v.dtype) for k, v in self.params.items() if not is_state(k)}))
+        return seen
 
     def inputs(self, x, y):
         tx = jax.device_put(np.asarray(x).astype(self._dtype), self._device)

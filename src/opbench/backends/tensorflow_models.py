@@ -106,6 +106,14 @@ class TensorflowModel(NativeModel):
             self.set_params(params)
         self._forward = wrap(lambda x: self.net(x, training=False))
 
+    def product_dtypes(self, x, y):
+        """Each product layer's compute type as Keras runs it: the layer's dtype policy, which casts
+        its inputs and weights before the product (Keras has no hooks on a built layer's call)."""
+        seen = {path: self._leaves[path].compute_dtype for path in self.compute_layers()}
+        seen["weights"] = ",".join(sorted({v.dtype.name if hasattr(v.dtype, "name") else str(v.dtype)
+                                           for v in self.net.trainable_variables}))
+        return seen
+
     def inputs(self, x, y):
         if x.ndim == 4 and self._format == "NHWC":
             x = x.transpose(0, 2, 3, 1)

@@ -116,6 +116,32 @@ class TorchModel(NativeModel):
         with torch.autocast(torch.device(self._dev).type, self._amp, enabled=self._amp is not None):
             return self.net(x)
 
+    def product_dtypes(self, x, y):
+        """Forward hooks on the product layers over one inference pass of the uncompiled forward,
+        under the model's own autocast (a compiled graph does not call hooks): the type each
+        layer's output came out in."""
+        seen: dict[str, str] = {}
+
+        def record(path):
+            def hook(module, args, out):
+                out = out[0] if isinstance(out, tuple) else out
+                seen[path] = str(out.dtype).removeprefix("torch.")
+
+            return hook
+
+        hooks = [self._leaves[path].register_forward_hook(record(path)) for path in self.compute_layers()]
+        training = self.net.training
+        try:
+            self._mode(False)  # inference: batch norm's running statistics stay as they are
+            with torch.no_grad():
+                self._logits(x)
+        finally:
+            for h in hooks:
+                h.remove()
+            self._mode(training)
+        seen["weights"] = ",".join(sorted({str(p.dtype).removeprefix("torch.") for p in self.net.parameters()}))
+        return seen
+
     def _scaler(self) -> torch.amp.GradScaler | None:
         if self._amp != torch.float16:
             return None

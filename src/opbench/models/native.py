@@ -59,6 +59,18 @@ class NativeModel(abc.ABC):
         step = self.trainer(optimizer)
         return lambda: step(x, y)
 
+    def product_dtypes(self, x: Any, y: Any) -> dict[str, str] | None:
+        """What ran, read from the framework, not from the label: the type each product of the
+        model (a dense, convolution or LSTM layer, by its path; or the traced program's products
+        in order) computed in, and "weights": the type of the trained variables. Nothing it does
+        may change the model's state. None where the framework cannot say."""
+        return None
+
+    def compute_layers(self) -> dict[str, str]:
+        """The paths and kinds of the layers whose products mixed precision lowers."""
+        return {path: type(layer).__name__ for path, layer, _ in walk(self.spec.layers, self.spec.input_shape)
+                if isinstance(layer, (Dense, Conv2D, LSTM))}
+
     @abc.abstractmethod
     def _slots(self) -> Iterator[Slot]:
         """Every canonical parameter's place in the native model."""

@@ -23,6 +23,7 @@ class Cell:
     peak: float | None  # the run's roofline for this device and dtype
     numpy_gemm: float | None = None  # NumPy's fp32 GEMM GFLOP/s in the same run (CPU)
     latency: tuple[float, ...] | None = None  # p50, p90, p99 per call (inference)
+    ran: str | None = None  # what was observed to run: threads, and a model's compute type
 
 
 @dataclass
@@ -58,10 +59,22 @@ def grid(runs: list[Run]) -> Grid:
                           flops / median / 1e9 if flops else None,
                           # %-of-peak only for exact FLOP counts (results before the flag: all)
                           bench.extra.get("peak_gflops") if bench.extra.get("flops_exact", True) else None,
-                          bench.extra.get("numpy_gemm_gflops"), _latency(entries))
+                          bench.extra.get("numpy_gemm_gflops"), _latency(entries), _ran(bench.extra))
     rows = sorted({r for r, _ in cells})
     columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith("numpy"), c))
     return Grid(rows, columns, cells)
+
+
+def _ran(extra: dict) -> str | None:
+    """'2 threads, bfloat16': the threads observed (where they were observed) and the compute type
+    a model was observed in (compute_dtype; its compute_types say where)."""
+    parts = []
+    if "threads_observed" in extra:
+        observed = not str(extra["threads_observed"]).startswith(("not observed", "the framework"))
+        parts.append(f"{extra.get('threads')} threads{'' if observed else ' (said)'}")
+    if "compute_dtype" in extra:
+        parts.append(str(extra["compute_dtype"]))
+    return ", ".join(parts) or None
 
 
 def _latency(entries: list[tuple[Bench, Run]]) -> tuple[float, ...] | None:
@@ -136,6 +149,12 @@ LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENT
 
 
 AMP_TITLE = "mixed-precision speed-up: float32 time / amp time (models)"
+RAN_TITLE = "what ran, observed: threads (per-thread CPU time) and a model's compute type (read from the framework)"
+
+
+def _what_ran(g, r, c):
+    cell = g.row(r).get(c)
+    return cell.ran if cell and cell.ran else "-"
 
 
 def float32_twin(row: str) -> str | None:
@@ -167,7 +186,9 @@ def tables(g: Grid) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
     rows = [row for row in _metric_rows(g, _latencies) if any(cell != "-" for cell in row[1:])]
     out += [(LATENCY_TITLE, header, rows)] if rows else []
     amp = _amp_rows(g)
-    return out + ([(AMP_TITLE, header, amp)] if amp else [])
+    out += [(AMP_TITLE, header, amp)] if amp else []
+    ran = [row for row in _metric_rows(g, _what_ran) if any(cell != "-" for cell in row[1:])]
+    return out + ([(RAN_TITLE, header, ran)] if ran else [])
 
 
 def format_text(runs: list[Run], markdown: bool = False) -> str:
