@@ -5,8 +5,10 @@ The gate, before anything is timed: the framework's first forward pass gives the
 (inference: the NumPy logits), and K plain-SGD steps from the same weights on the same batches
 give the NumPy losses and, for every parameter tensor and every step, the NumPy update
 (after - before). The gate's learning rate is its own, large enough that each update is far
-above the float32 rounding of the weights; the study's optimizer is swapped in afterwards, the
-weights reset, and the step timed.
+above the float32 rounding of the weights; the study's optimizer is swapped in afterwards and the
+weights reset. The step that is timed is checked too, after its first call: every tensor's update
+by the study's own optimizer against the reference's (check_timed_step), and the types its
+products, weights and loss computed in, read from the framework (check_precision_ran).
 """
 
 from __future__ import annotations
