@@ -32,3 +32,35 @@ def test_jax_eager_training_compiles_only_on_its_first_calls(model):
     finally:
         listening[0] = False
     assert compiles == [], f"{len(compiles)} XLA compilations in 3 warm eager {model} steps"
+
+
+HLO = """
+  %dot_general.3 = f32[64,64]{1,0} dot(%convert, %convert.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %convolution = bf16[2,8,8,8]{3,2,1,0} convolution(%a, %b), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  %add = bf16[64]{0} add(%x, %y)
+"""
+
+
+def test_the_product_types_of_an_hlo_module():
+    from opbench.backends.base import hlo_product_types
+
+    assert hlo_product_types(HLO) == "bfloat16,float32"
+    assert hlo_product_types("%add = bf16[64]{0} add(%x, %y)") is None
+
+
+@pytest.mark.parametrize("framework,mode", [("jax", "eager"), ("jax", "jit"), ("tensorflow", "xla")])
+def test_a_16_bit_gemm_records_the_type_its_product_ran_in(framework, mode):
+    """XLA on a CPU converts bfloat16 operands to float32 around its dot (measured on Zen 4 and
+    in TensorFlow XLA alike): the saved result says what the compiled program computes in."""
+    from opbench import execute
+    from opbench.cases import Case
+
+    backend = load_or_skip(framework)
+    for dtype in ("bfloat16", "float32"):
+        case = Case("op", "gemm", "linalg", "forward", framework, "cpu", mode, dtype, "64x64x64",
+                    (("k", 64), ("m", 64), ("n", 64)))
+        extra = execute.prepare(case, backend).extra
+        if dtype == "float32":
+            assert "computed_in" not in extra  # only 16-bit labels are in question
+        else:
+            assert extra["computed_in"] in ("bfloat16", "float32")

@@ -202,9 +202,14 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                 return max(errs)
 
     call = synchronised(run, backend, case.device)
-    itemsize = 2 if case.dtype in ("float16", "bfloat16") else 4
+    low = case.dtype in ("float16", "bfloat16")
+    computed = backend.products_computed_in(impl, p, native, case.mode, case.device) if low and not spec.creation \
+        else None
+    itemsize = 2 if low else 4
     flops, nbytes, flops_exact = spec.cost(p, case.direction, exact, int(np.size(want)), itemsize)
     layout = image if any(a.kind == "image" for a in spec.args) else "-"
     gain = spec.algorithm_gain(p) if spec.algorithm_gain else 1.0
-    return Prepared(case, backend, call, verify, flops, nbytes, layout, extra={"flops_exact": flops_exact},
-                    algorithm_gain=gain)
+    extra = {"flops_exact": flops_exact}
+    if computed:  # what the framework's compiled program says its products ran in (a 16-bit label may be float32)
+        extra["computed_in"] = computed
+    return Prepared(case, backend, call, verify, flops, nbytes, layout, extra=extra, algorithm_gain=gain)

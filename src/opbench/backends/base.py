@@ -8,6 +8,7 @@ arrays between NumPy and its device. Its module is the only one that imports its
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,13 @@ class Backend(abc.ABC):
         """A callable returning (output, grads): the forward pass and the vector-Jacobian product
         with `cotangent`, with respect to args[i] for i in argnums."""
 
+    def products_computed_in(self, impl: Callable[..., Any], p: dict, args: Sequence[Any], mode: str,
+                             device: str) -> str | None:
+        """The element type impl(p, *args)'s products (dots, convolutions) compute in in `mode`,
+        read from the program the framework compiles (a 16-bit label may run float32 products
+        between conversions); None where the framework shows no such program."""
+        return None
+
     def creation(self, impl: Callable[..., Any], p: dict, host_args: Sequence[Any], device: str, dtype: str) -> Call:
         """A callable that creates a tensor with a creation operator (eager only)."""
         return lambda: impl(p, device, dtype, *host_args)
@@ -135,6 +143,17 @@ class Backend(abc.ABC):
     def info(self) -> dict[str, Any]:
         """Build facts for machine_info: version and whatever decides its speed."""
         return {"version": self.version()}
+
+
+_HLO_TYPES = {"f64": "float64", "f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+_HLO_PRODUCT = re.compile(r"=\s*(\w+)\[[^\]]*\](?:\{[^}]*\})?\s+(?:dot|convolution)\(")
+
+
+def hlo_product_types(hlo: str) -> str | None:
+    """The element types of the dot and convolution instructions of an XLA HLO module's text
+    ("float32", or "bfloat16,float32" for a mix); None where it has none."""
+    found = sorted({_HLO_TYPES.get(m.group(1), m.group(1)) for m in _HLO_PRODUCT.finditer(hlo)})
+    return ",".join(found) or None
 
 
 class NotCompiled(Exception):

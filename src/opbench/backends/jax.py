@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from opbench.backends.base import Backend, Call, Framework
+from opbench.backends.base import Backend, Call, Framework, hlo_product_types
 from opbench.models import precision
 from opbench.roofline import GpuFacts
 
@@ -123,6 +123,10 @@ class JaxBackend(Backend):
 
         fn = self._mode(value_and_grads, mode)
         return lambda: jax.block_until_ready(fn(cotangent, *args))
+
+    def products_computed_in(self, impl, p, args, mode, device):
+        """Eager JAX compiles each primitive through XLA as jit does: both read the compiled HLO."""
+        return hlo_product_types(jax.jit(lambda *xs: impl(p, *xs)).lower(*args).compile().as_text())
 
     def creation(self, impl, p, host_args, device, dtype) -> Call:
         where, jdtype = self._device(device), _DTYPES[dtype]

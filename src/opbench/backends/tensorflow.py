@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
-from opbench.backends.base import Backend, Call, Framework
+from opbench.backends.base import Backend, Call, Framework, hlo_product_types
 from opbench.models import precision
 from opbench.roofline import GpuFacts
 
@@ -110,6 +110,15 @@ class TensorflowBackend(Backend):
                 return fn(*args)
 
         return call
+
+    def products_computed_in(self, impl, p, args, mode, device):
+        """Under XLA, the optimized HLO of the compiled function; eager and graph kernels show no
+        program (their oneDNN kernels would need its verbose log)."""
+        if mode != "xla":
+            return None
+        fn = tf.function(lambda *xs: impl(p, *xs), autograph=False, jit_compile=True)
+        with tf.device(_DEVICES[device]):
+            return hlo_product_types(fn.experimental_get_compiler_ir(*args)(stage="optimized_hlo"))
 
     def creation(self, impl, p, host_args, device, dtype) -> Call:
         where, tf_dtype = _DEVICES[device], _DTYPES[dtype]

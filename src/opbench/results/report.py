@@ -74,6 +74,8 @@ def _ran(extra: dict) -> str | None:
         parts.append(f"{extra.get('threads')} threads{'' if observed else ' (said)'}")
     if "compute_dtype" in extra:
         parts.append(str(extra["compute_dtype"]))
+    if extra.get("computed_in") and extra["computed_in"] != extra.get("dtype"):
+        parts.append(f"{extra.get('dtype')} label, products in {extra['computed_in']}")
     return ", ".join(parts) or None
 
 
@@ -149,7 +151,8 @@ LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENT
 
 
 AMP_TITLE = "mixed-precision speed-up: float32 time / amp time (models)"
-RAN_TITLE = "what ran, observed: threads (per-thread CPU time) and a model's compute type (read from the framework)"
+RAN_TITLE = ("what ran, observed: threads (per-thread CPU time), a model's compute type and a 16-bit operator's "
+             "product type (read from the framework)")
 
 
 def _what_ran(g, r, c):
