@@ -275,12 +275,13 @@ def reference_timed_step(
     x, y = datasets.batch(model, batch, data_dir)
     _, low_grads, low_state = _run_in(dtype, model, initial, x.astype(np.float64), y, unbiased_var)
     wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
-    master = np.float64 if precision.rounder(dtype) else np.float32
+    low = precision.rounder(dtype) is not None
+    master = np.float64 if low else np.float32
     low_grads, low_state = wide(low_grads), wide(low_state)
     got = optimizer_update(model, initial, low_grads, low_state, opt, lstm_biases, eps_corrected)
     got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
     errors = {k: _relative(got[k] - initial[k], want[k] - initial[k], want[k]) for k in want}
-    if precision.rounder(dtype) is None:
+    if not low:
         return want, errors
     # In low precision another correct framework rounds elsewhere: each gradient element may lie
     # up to twice the emulation's own error on either side of the emulated one. Adam divides each
@@ -300,11 +301,12 @@ def check_timed_step(case: Case, native, before: dict, lowp: str, data_dir: str)
     study's own optimizer (Adam, SGD at the study's rate) against the reference's, within what
     the precision allows. The gate's SGD steps prove the gradients; this proves the update rule,
     its rate and its constants, which the gate's SGD never runs."""
-    opt = catalogue.get(case.name).optimizer
+    model = catalogue.get(case.name)
+    opt = model.optimizer
     want, allowed = reference_timed_step(case.name, case.p["batch"], data_dir, native.lstm_biases,
                                          native.unbiased_var, native.adam_eps_corrected, lowp)
     step = f"the timed {opt.name} step (lr {opt.lr:g})"
-    return check_update(case, step, before, native.get_params(), _initial(catalogue.get(case.name)), want, allowed)
+    return check_update(case, step, before, native.get_params(), _initial(model), want, allowed)
 
 
 def scalar(backend: Backend, loss) -> float:
@@ -374,13 +376,6 @@ def time_to_target(case: Case, backend: Backend, native, params: dict) -> dict:
             "target_loss": target}
 
 
-def dtype_name(tensor) -> str:
-    """A framework tensor's element type as NumPy names it: "float32", "bfloat16"."""
-    d = tensor.dtype
-    name = getattr(d, "name", None)
-    return name if isinstance(name, str) else str(d).removeprefix("torch.")
-
-
 def check_precision_ran(case: Case, native, x, y, lowp: str, loss=None) -> dict:
     """What ran against what the precision promises, read from the framework
     (NativeModel.product_dtypes: hooks, dtype policies, the traced program), not from the label:
@@ -400,7 +395,7 @@ def check_precision_ran(case: Case, native, x, y, lowp: str, loss=None) -> dict:
         raise CorrectnessError(f"{what}: the trained weights are {weights}, not float32 masters")
     seen["weights"] = weights
     if loss is not None:
-        seen["loss"] = dtype_name(loss)
+        seen["loss"] = precision.dtype_name(loss.dtype)
         if seen["loss"] != "float32":
             raise CorrectnessError(f"{what}: the loss is computed in {seen['loss']}, not float32")
     return {"compute_dtype": lowp if seen else "unknown", "compute_types": seen}

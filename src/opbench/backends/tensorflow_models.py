@@ -110,8 +110,7 @@ class TensorflowModel(NativeModel):
         """Each product layer's compute type as Keras runs it: the layer's dtype policy, which casts
         its inputs and weights before the product (Keras has no hooks on a built layer's call)."""
         seen = {path: self._leaves[path].compute_dtype for path in self.compute_layers()}
-        seen["weights"] = ",".join(sorted({v.dtype.name if hasattr(v.dtype, "name") else str(v.dtype)
-                                           for v in self.net.trainable_variables}))
+        seen["weights"] = ",".join(sorted({precision.dtype_name(v.dtype) for v in self.net.trainable_variables}))
         return seen
 
     def inputs(self, x, y):

@@ -125,7 +125,7 @@ class TorchModel(NativeModel):
         def record(path):
             def hook(module, args, out):
                 out = out[0] if isinstance(out, tuple) else out
-                seen[path] = str(out.dtype).removeprefix("torch.")
+                seen[path] = precision.dtype_name(out.dtype)
 
             return hook
 
@@ -139,7 +139,7 @@ class TorchModel(NativeModel):
             for h in hooks:
                 h.remove()
             self._mode(training)
-        seen["weights"] = ",".join(sorted({str(p.dtype).removeprefix("torch.") for p in self.net.parameters()}))
+        seen["weights"] = ",".join(sorted({precision.dtype_name(p.dtype) for p in self.net.parameters()}))
         return seen
 
     def _scaler(self) -> torch.amp.GradScaler | None:
