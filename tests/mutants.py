@@ -120,38 +120,93 @@ def _drop_bias(layer: str) -> Callable[[Params], Params]:
     return lambda params: {**params, f"{layer}.b": np.zeros_like(params[f"{layer}.b"])}
 
 
-def _torch_only(framework: str):
-    if framework != "torch":
-        raise backends.Unavailable("this mixed-precision mutant is written for PyTorch's autocast")
-    import torch
-
-    return torch
+def _unbuilt(framework: str, what: str):
+    return backends.Unavailable(f"{framework}: {what} has no mixed precision to mutate (opbench runs no amp there)")
 
 
 def _one_layer_in_float32(native, framework: str) -> None:
-    """LeNet's first convolution runs outside autocast, on a float32 input."""
-    torch = _torch_only(framework)
-    module = native._leaves["0"]
-    real = module.forward
+    """One product layer of LeNet computes in float32 under the amp label: PyTorch's first
+    convolution outside autocast, Keras' first convolution on a float32 dtype policy, and in JAX
+    the last dense layer's weights left uncast (jnp promotes its bfloat16 input to float32; a
+    convolution would refuse the mix)."""
+    if framework == "torch":
+        import torch
 
-    def forward(x):
-        with torch.autocast("cpu", enabled=False):
-            return real(x.float())
+        module = native._leaves["0"]
+        real = module.forward
 
-    module.forward = forward
+        def forward(x):
+            with torch.autocast("cpu", enabled=False):
+                return real(x.float())
+
+        module.forward = forward
+    elif framework == "tensorflow":
+        import keras
+
+        native._leaves["0"].dtype_policy = keras.DTypePolicy("float32")
+    elif framework == "jax":
+        from opbench.backends import jax_models
+
+        last = f"{len(native.spec.layers) - 1}."
+
+        def masters_for_last(params, x):
+            cast, x = jax_models._cast(params, x, native._amp)
+            return {**cast, **{k: v for k, v in params.items() if k.startswith(last)}}, x
+
+        def logits(params, x):
+            params, x = masters_for_last(params, x)
+            return jax_models._sequence(native.spec.layers, params, "", x, False, {})
+
+        native._logits = logits
+        native._loss = lambda params, x, y: jax_models.cross_entropy(native.spec, *masters_for_last(params, x), y)
+    else:
+        raise _unbuilt(framework, "amp on part of the network")
 
 
 def _float16_autocast(native, framework: str) -> None:
-    """autocast to float16 where the CPU's low precision is bfloat16."""
-    native._amp = _torch_only(framework).float16
+    """float16 where the CPU's low precision is bfloat16."""
+    if framework == "torch":
+        import torch
+
+        native._amp = torch.float16
+    elif framework == "tensorflow":
+        import keras
+
+        for layer in native._leaves.values():
+            layer.dtype_policy = keras.DTypePolicy("mixed_float16")
+    elif framework == "jax":
+        import jax.numpy as jnp
+
+        native._amp = jnp.float16
+    else:
+        raise _unbuilt(framework, "float16 for bfloat16")
 
 
 def _low_precision_loss(native, framework: str) -> None:
-    """the cross-entropy of the bfloat16 logits, in bfloat16 (no cast to float32 first)."""
-    import torch.nn.functional as F
+    """The cross-entropy of the bfloat16 logits, in bfloat16 (no cast to float32 first)."""
+    if framework == "torch":
+        import torch.nn.functional as F
 
-    _torch_only(framework)
-    native._loss = lambda x, y: F.cross_entropy(native._logits(x), y)
+        native._loss = lambda x, y: F.cross_entropy(native._logits(x), y)
+    elif framework == "tensorflow":
+        import tensorflow as tf
+
+        native._loss = lambda logits, y: tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    elif framework == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        from opbench.backends import jax_models
+
+        def loss(params, x, y):
+            state: dict = {}
+            cast, x = jax_models._cast(params, x, native._amp)
+            logp = jax.nn.log_softmax(jax_models._sequence(native.spec.layers, cast, "", x, True, state))
+            return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), state
+
+        native._loss = loss
+    else:
+        raise _unbuilt(framework, "a low-precision loss")
 
 
 MODEL_MUTANTS = (
@@ -185,8 +240,9 @@ MODEL_MUTANTS = (
                 "(or the reverse): 1/127 of the variance's update, under a 1e-3 floor",
                 claims=(("unbiased_var", lambda unbiased: not unbiased),), profile="full"),
     ModelMutant("amp on part of the network", "model training", "lenet",
-                "the first convolution computes in float32 under the amp label (error size alone cannot tell: "
-                "0.053 against full bfloat16's 0.064)", precision="amp", native=_one_layer_in_float32),
+                "one product layer computes in float32 under the amp label (error size alone cannot tell: "
+                "PyTorch's LeNet with its first convolution in float32 is 0.053 off, full bfloat16 0.064)",
+                precision="amp", native=_one_layer_in_float32),
     ModelMutant("float16 for bfloat16", "model training", "lenet",
                 "autocast to float16 on a CPU whose amp type is bfloat16", precision="amp",
                 native=_float16_autocast),
@@ -405,18 +461,35 @@ def _registered(model: ModelSpec) -> Iterator[None]:
 
 def _training_mode_infer(native, framework: str):
     """The framework's own forward pass in training mode (batch statistics), as inference."""
-    if framework != "torch":
-        raise backends.Unavailable("the training-mode evaluation mutant is written for PyTorch")
-    import torch
+    if framework == "torch":
+        import torch
 
-    def infer(x):
-        def call():
-            native.net.train(True)
-            with torch.no_grad():
-                return native.net(x)
+        def infer(x):
+            def call():
+                native.net.train(True)
+                with torch.no_grad():
+                    return native.net(x)
 
-        return call
+            return call
+    elif framework == "tensorflow":
+        def infer(x):
+            return lambda: native.net(x, training=True)
+    elif framework == "jax":
+        from opbench.backends import jax_models
 
+        def infer(x):
+            return lambda: jax_models._sequence(native.spec.layers, native.params, "", x, True, {})
+    elif framework == "mxnet":
+        from mxnet import autograd
+
+        def infer(x):
+            def call():
+                with autograd.train_mode():
+                    return native.net(x)
+
+            return call
+    else:
+        raise backends.Unavailable(f"{framework}: no training mode to evaluate in")
     return infer
 
 

@@ -33,9 +33,11 @@ def test_operator_mutant_is_caught(mutant, framework):
     _assert_caught(mutants.op_survives, mutant, framework, mutant.gate)
 
 
-# The plan, its digests and the evaluation check are the suite's, the same for every framework (each
-# framework's own run is gated by benchmarks/convergence): one framework shows that the gate catches them.
-@pytest.mark.parametrize("framework", ["torch"])
-@pytest.mark.parametrize("mutant", mutants.CONVERGENCE_MUTANTS, **ids)
+# The plan and its digests are the suite's, the same for every framework (each framework's own run is
+# gated by benchmarks/convergence): one framework shows that the gate catches a wrong feed. Evaluating in
+# training mode is each framework's own switch, so those mutants run in every framework.
+@pytest.mark.parametrize(("mutant", "framework"), [
+    pytest.param(m, fw, id=f"{m.name.replace(' ', '-')}-{fw}") for m in mutants.CONVERGENCE_MUTANTS
+    for fw in (mutants.FRAMEWORKS if m.train_mode_eval else mutants.FRAMEWORKS[:1])])
 def test_convergence_mutant_is_caught(mutant, framework):
     _assert_caught(mutants.convergence_survives, mutant, framework, "convergence")

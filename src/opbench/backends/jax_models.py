@@ -127,13 +127,18 @@ def forward(spec: ModelSpec, params: dict, x, amp=None):
     return _sequence(spec.layers, params, "", x, False, {})
 
 
-def loss(spec: ModelSpec, params: dict, x, y, amp=None):
-    """Softmax cross-entropy over integer labels, averaged over the batch, in training mode; with
-    the running statistics the pass moved (a dict of the state entries it changed)."""
+def cross_entropy(spec: ModelSpec, params: dict, x, y):
+    """Softmax cross-entropy over integer labels of the training-mode logits, in float32 whatever
+    the products ran in, averaged over the batch; with the running statistics the pass moved (a
+    dict of the state entries it changed). `params` and `x` as the products read them."""
     state: dict = {}
-    params, x = _cast(params, x, amp)
     logp = jax.nn.log_softmax(_sequence(spec.layers, params, "", x, True, state).astype(jnp.float32))
     return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), state
+
+
+def loss(spec: ModelSpec, params: dict, x, y, amp=None):
+    """cross_entropy of the float32 masters, their products in `amp` under mixed precision."""
+    return cross_entropy(spec, *_cast(params, x, amp), y)
 
 
 def _sgd(opt: Optimizer):
@@ -184,12 +189,15 @@ class JaxModel(NativeModel):
         self._device, self._dtype, self._wrap = jax_device, jax_dtype, wrap
         self.params = {name: None for name in param_shapes(spec)}
         self.set_params(params)
-        self._forward = wrap(lambda params, x: forward(spec, params, x, amp))
         self._amp = amp
+        # The inference logits and the training loss, looked up when traced (a test's mutant replaces them).
+        self._logits = lambda params, x: forward(spec, params, x, self._amp)
+        self._loss = lambda params, x, y: loss(spec, params, x, y, self._amp)
+        self._forward = wrap(lambda params, x: self._logits(params, x))  # noqa: PLW0108 (looked up when traced)
         scale = precision.LOSS_SCALE if amp == jnp.float16 else 1.0
 
         def scaled(params, x, y):
-            value, running = loss(spec, params, x, y, amp)
+            value, running = self._loss(params, x, y)
             return value * scale, (value, running)
 
         def grad(params, x, y):
@@ -200,10 +208,13 @@ class JaxModel(NativeModel):
         self._steps: dict[Optimizer, tuple] = {}  # one traced (compiled) step per optimizer, reused
 
     def product_dtypes(self, x, y):
-        """The element types of every product in the traced forward program (jax.make_jaxpr: what
-        XLA is given), in program order, the LSTM's loop body included."""
-        jaxpr = jax.make_jaxpr(lambda params, x: forward(self.spec, params, x, self._amp))(self.params, x)
-        seen = {f"{eqn.primitive.name} {i}": ",".join(sorted({str(v.aval.dtype) for v in eqn.invars}))
+        """The element types of every product in the programs that are timed, as traced
+        (jax.make_jaxpr: what XLA is given): the inference forward and the training loss with its
+        gradient, in program order, the LSTM's loop body and the backward products included."""
+        programs = {"inference": jax.make_jaxpr(self._forward)(self.params, x),
+                    "training": jax.make_jaxpr(self._grad)(self.params, x, y)}
+        seen = {f"{what} {eqn.primitive.name} {i}": ",".join(sorted({str(v.aval.dtype) for v in eqn.invars}))
+                for what, jaxpr in programs.items()
                 for i, eqn in enumerate(e for e in _equations(jaxpr.jaxpr) if e.primitive.name in _PRODUCTS)}
         seen["weights"] = ",".join(sorted({str(v.dtype) for k, v in self.params.items() if not is_state(k)}))
         return seen

@@ -106,6 +106,12 @@ class TensorflowModel(NativeModel):
             self.set_params(params)
         self._forward = wrap(lambda x: self.net(x, training=False))
 
+    @staticmethod
+    def _loss(logits, y):
+        """Softmax cross-entropy, averaged over the batch, of the logits in float32 whatever the
+        layers computed in (looked up when the step is traced: a test's mutant replaces it)."""
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, tf.cast(logits, tf.float32)))
+
     def product_dtypes(self, x, y):
         """Each product layer's compute type as Keras runs it: the layer's dtype policy, which casts
         its inputs and weights before the product (Keras has no hooks on a built layer's call)."""
@@ -141,8 +147,7 @@ class TensorflowModel(NativeModel):
 
         def step(x, y):
             with tf.GradientTape() as tape:
-                logits = tf.cast(self.net(x, training=True), tf.float32)
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+                loss = self._loss(self.net(x, training=True), y)
                 target = opt.scale_loss(loss) if scaled else loss
             opt.apply_gradients(zip(tape.gradient(target, variables), variables, strict=True))
             return loss
