@@ -12,9 +12,9 @@ use), so that such a factor shows:
 - TensorFlow: timeit over the same tf.function (graph mode);
 - JAX: timeit over the same jax.jit function, each call block_until_ready() (jit).
 
-opbench runs as a user runs it (pytest over benchmarks/ops, in its own process) twice, and each
-peer twice, each run in a fresh process: the run-to-run spread of each side is measured, and the
-two agree when their ratio is within the sum of the two spreads.
+opbench runs as a user runs it (pytest over benchmarks/ops, one process per framework, as each
+peer has) twice, and each peer twice, each run in a fresh process: the run-to-run spread of each
+side is measured, and the two agree when their ratio is within the sum of the two spreads.
 
     .venv/bin/python studies/peer_harness.py [--frameworks torch,mxnet,tensorflow,jax] [--runs 2]
 """
@@ -177,7 +177,9 @@ def main() -> None:
         print(json.dumps(run_peer(args.peer)))
         return
     frameworks = args.frameworks.split(",")
-    ours = [opbench_run(frameworks) for _ in range(args.runs)]
+    # one opbench process per framework, as each peer has: PyTorch and MXNet share one OpenMP
+    # runtime in a process (opbench.openmp), and the peers never meet another framework
+    ours = [{k: v for f in frameworks for k, v in opbench_run([f]).items()} for _ in range(args.runs)]
     peers = {f: [peer_process(f) for _ in range(args.runs)] for f in frameworks}
     print(f"threads: {len(os.sched_getaffinity(0))} (every core this process may use); "
           f"medians in ms; spread = (max - min) / mean over {args.runs} fresh-process runs")

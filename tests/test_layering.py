@@ -17,8 +17,8 @@ LAYERS = {
     0: {"__init__", "messages", "files", "processes", "cases", "data", "layout"},
     1: {"backends", "ops", "models", "roofline"},
     2: {"config", "session", "known_issues"},
-    3: {"execute", "e2e", "convergence", "breakdown", "measure", "observed_threads", "fingerprint", "allocator",
-        "suite", "sweep", "distributed"},
+    3: {"execute", "e2e", "convergence", "breakdown", "measure", "observed_threads", "openmp", "fingerprint",
+        "allocator", "suite", "sweep", "distributed"},
     4: {"results"},
     5: {"plugin", "gate", "testing", "cli", "__main__"},
 }

@@ -199,3 +199,12 @@ def test_warmup_is_on_by_default_in_opbench_sessions(suite):
     result = suite.runpytest("--framework", "numpy", "-k", "relu", "--benchmark-max-time=0.01")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["opbench: * warmup=on"])
+
+
+def test_frameworks_sharing_an_openmp_runtime_run_apart_mxnet_last(suite):
+    """torch and MXNet share libgomp (opbench.openmp): their benchmarks are not interleaved."""
+    result = suite.runpytest("--framework", "numpy,torch,mxnet", "-m", "gemm and not backward", "--collect-only", "-q")
+    frameworks = [line.split("[")[1].split("-")[0] for line in result.stdout.lines if "::" in line]
+    assert frameworks, result.stdout.str()
+    order = [f for i, f in enumerate(frameworks) if i == 0 or frameworks[i - 1] != f]
+    assert order == [f for f in ("numpy", "torch", "mxnet") if f in frameworks]

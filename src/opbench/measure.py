@@ -193,6 +193,7 @@ class Ready:
     first_call_s: float
     max_abs_err: float
     aids: dict[str, Any]  # extra_info of the study aids that wrapped the call (none in a normal run)
+    openmp_shared: str | None = None  # another framework's team on the same OpenMP runtime (opbench.openmp)
 
 
 def setup(case, backend, state: Session) -> Ready:
@@ -203,9 +204,11 @@ def setup(case, backend, state: Session) -> Ready:
     framework cannot run."""
     import pytest
 
+    from opbench import openmp
     from opbench.models.datasets import DataError
 
     threads, observation = threads_of(case, backend, state)
+    shared = openmp.shared_with(state.openmp_teams, case.framework, case.device, threads)
     try:
         prepared = _prepare(case, backend, state.settings)
         result, first_s = first_call(prepared.call)
@@ -220,7 +223,7 @@ def setup(case, backend, state: Session) -> Ready:
     aids: dict[str, Any] = {}
     for wrap in state.wrappers:
         aids.update(wrap(prepared))
-    return Ready(prepared, threads, observation, first_s, max_err, aids)
+    return Ready(prepared, threads, observation, first_s, max_err, aids, shared)
 
 
 def threads_of(case, backend: Backend, state: Session) -> tuple[int, str]:
@@ -248,6 +251,8 @@ def describe(case, backend, ready: Ready, session: Session) -> dict[str, Any]:
     p = ready.prepared
     info = {**identity(case, backend, ready.threads, ready.max_abs_err), "layout": p.layout, "flops": p.flops,
             "bytes": p.bytes, "first_call_s": ready.first_call_s, "threads_observed": ready.threads_observed, **p.extra}
+    if ready.openmp_shared:
+        info["openmp_shared_with"] = ready.openmp_shared
     if p.flops:  # only what has a FLOP count meets the roofline
         ceiling = session.roofline.ceiling(case.device, case.dtype, backend)
         info.update(peak_gflops=ceiling.gflops, peak_derivation=ceiling.derivation,

@@ -279,6 +279,17 @@ def dist_case(request: pytest.FixtureRequest) -> Bound:
 FIXTURES = ("op_case", "model_case", "convergence_case", "dist_case")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Benchmarks of frameworks that share one OpenMP runtime run one framework after another, the
+    one that slows the others most last (opbench.openmp); every other order is kept."""
+    from opbench import openmp
+
+    def framework(item: pytest.Item) -> str | None:
+        return next((f for f in openmp.ORDER if item.get_closest_marker(f)), None)
+
+    items.sort(key=lambda item: openmp.run_order(framework(item)))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The header, once opbench benchmarks were collected: frameworks (imported here, threads
     pinned), settings and roofline. A session without them imports, pins and measures nothing,

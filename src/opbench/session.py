@@ -31,6 +31,8 @@ class Session:
     _numpy_gemm: float | None = field(default=None, init=False, repr=False)
     # the threads observed per (framework, mode, thread count): opbench.measure.observed_threads
     observed: dict[tuple[str, str, int], Any] = field(default_factory=dict, init=False, repr=False)
+    # the CPU threads of each framework that computes on a shared OpenMP runtime: opbench.openmp
+    openmp_teams: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         s = self.settings

@@ -76,6 +76,8 @@ def _ran(extra: dict) -> str | None:
         parts.append(str(extra["compute_dtype"]))
     if extra.get("computed_in") and extra["computed_in"] != extra.get("dtype"):
         parts.append(f"{extra.get('dtype')} label, products in {extra['computed_in']}")
+    if extra.get("openmp_shared_with"):
+        parts.append(str(extra["openmp_shared_with"]))
     return ", ".join(parts) or None
 
 
@@ -152,7 +154,7 @@ LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENT
 
 AMP_TITLE = "mixed-precision speed-up: float32 time / amp time (models)"
 RAN_TITLE = ("what ran, observed: threads (per-thread CPU time), a model's compute type and a 16-bit operator's "
-             "product type (read from the framework)")
+             "product type (read from the framework), another framework's team on the same OpenMP runtime")
 
 
 def _what_ran(g, r, c):
