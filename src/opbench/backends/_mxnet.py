@@ -1,6 +1,19 @@
-"""MXNet itself, importable with the NumPy this project pins: the one place `import mxnet`
-runs, shared by the backend (mxnet) and its model builder (mxnet_models) so that neither imports
-the other at load time.
+"""MXNet itself, importable with NumPy 1.26 and NumPy 2: the one place `import mxnet` runs,
+shared by the backend (mxnet) and its model builder (mxnet_models) so that neither imports the
+other at load time.
+
+NumPy: MXNet 1.9.1 (retired upstream) drives libmxnet through ctypes and is not compiled against
+NumPy's C API, but while it imports it reads names that NumPy removed: `np.bool` (gone in 1.24,
+back in 2.0), and in 2.0 (NEP 52) the constants `PZERO`, `NINF` and their kin, `alltrue`,
+`sometrue`, `product`, `round_`, `in1d`, `msort`, `trapz`, and the financial functions NumPy 1.20
+had already replaced with stubs. `numpy_names()` puts the missing ones on the numpy module for
+the import only and takes them away afterwards, so nothing else in the process sees them: each is
+the function NumPy names as its replacement, and a financial name is a stub that raises, as it was
+in NumPy 1.26. MXNet keeps what it read at import (mxnet.numpy's constants and fallbacks). Two
+of its paths read a removed name when called, and fail under NumPy 2: `mx.np.pad` with a string
+mode (`np.compat`) and the Gluon estimator's early stopping (`np.Inf`); under NumPy 1.26 so do
+`mx.np`'s boolean indexing and `dtype=bool` defaults (`np.bool`). opbench uses none of them
+(it runs MXNet's NDArray and Gluon APIs).
 
 Threads: MXNet 1.9.1's engine sizes its OpenMP teams once, when libmxnet loads
 (src/engine/openmp.cc): its cap is MXNET_OMP_MAX_THREADS, else OMP_NUM_THREADS, else half the
@@ -43,13 +56,50 @@ def _environment(values: dict[str, str]):
                 os.environ[k] = v
 
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", FutureWarning)
-    if not hasattr(np, "bool"):
-        np.bool = np.bool_  # MXNet 1.9 still uses the alias NumPy 1.24 removed
+def _removed_financial(name: str):
+    def removed(*args, **kwargs):
+        raise RuntimeError(f"numpy.{name} was removed from NumPy in version 1.20 (NEP 32); use numpy_financial")
 
-with _environment(dict.fromkeys(_VARIABLES, str(STARTED_WITH))):
+    removed.__name__ = name
+    return removed
+
+
+# What MXNet 1.9.1 reads while it imports, by the name NumPy 2 (or 1.24, for `bool`) removed.
+NUMPY_NAMES = {
+    "bool": np.bool_, "PZERO": 0.0, "NZERO": -0.0, "PINF": np.inf, "NINF": -np.inf, "Inf": np.inf,
+    "NAN": np.nan, "NaN": np.nan, "alltrue": np.all, "sometrue": np.any, "product": np.prod,
+    "round_": np.round, "in1d": lambda a, b, **kw: np.isin(a, b, **kw).ravel(),
+    "msort": lambda a: np.sort(a, axis=0), "trapz": getattr(np, "trapezoid", None),
+    **{name: _removed_financial(name) for name in ("fv", "ipmt", "irr", "mirr", "nper", "npv", "pmt", "ppmt",
+                                                   "pv", "rate")},
+}
+
+
+def _missing(name: str) -> bool:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NumPy 1.x warns on its financial stubs
+        try:
+            getattr(np, name)
+        except AttributeError:
+            return True
+    return False
+
+
+@contextmanager
+def numpy_names():
+    """The NUMPY_NAMES this NumPy lacks, on the numpy module inside the block only."""
+    added = [name for name, value in NUMPY_NAMES.items() if value is not None and _missing(name)]
+    for name in added:
+        setattr(np, name, NUMPY_NAMES[name])
+    try:
+        yield added
+    finally:
+        for name in added:
+            delattr(np, name)
+
+
+with numpy_names(), _environment(dict.fromkeys(_VARIABLES, str(STARTED_WITH))):
     import mxnet as mx
     from mxnet import autograd, gluon
 
-__all__ = ["STARTED_WITH", "autograd", "gluon", "mx"]
+__all__ = ["NUMPY_NAMES", "STARTED_WITH", "autograd", "gluon", "mx", "numpy_names"]
