@@ -144,3 +144,22 @@ def test_mxnet_computes_on_the_threads_it_is_given():
                          env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "2"
+
+
+@pytest.mark.parametrize(("first", "again", "expected"), [
+    ((0.32, 0.29, 0.11), (0.9, 0.85), 2),  # a helper thread passed the share on a loaded machine
+    ((0.9, 0.1), (0.9, 0.85), 2),          # a starved worker fell under it
+    ((0.98, 0.02), (0.98, 0.03), 1),       # one thread every time: a real mismatch stands
+])
+def test_a_team_seen_other_than_asked_is_looked_at_again(monkeypatch, first, again, expected):
+    from opbench import observed_threads as module
+
+    seen = iter([Observation(first, 1.0, 5), Observation(again, 1.0, 5), Observation(again, 1.0, 5)])
+    monkeypatch.setattr(module, "observe", lambda work, min_seconds=0.3, **kw: next(seen))
+    state = State(Settings(threads=(2,), peak_gflops=100.0))
+    result = None
+    try:
+        result = observed_threads(backends.load("numpy"), "eager", 2, state)
+    except ThreadMismatch as exc:
+        result = exc
+    assert (result[0] if isinstance(result, tuple) else 1) == expected

@@ -8,6 +8,7 @@ import importlib
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from opbench import backends, config, execute, ops, suite
@@ -103,6 +104,7 @@ from opbench.measure import measure
 def test_gemm(op_case, benchmark):
     measure(benchmark, op_case)
 """, test_c="""
+import numpy as np
 import pytest
 from opbench.measure import measure
 
@@ -118,6 +120,7 @@ def test_zeros_grad(op_case, benchmark):
 
 def test_a_hand_written_benchmark_binds_under_any_name(pytester):
     pytester.makepyfile(test_b="""
+import numpy as np
 import pytest
 from opbench.measure import measure
 
@@ -177,3 +180,15 @@ def test_the_layout_page_names_every_module_and_only_existing_ones():
     scripts = {p.name for p in (ROOT / "studies").glob("*.py")}
     scripts |= {"mutants.py", "test_mutants.py", "test_layering.py", "record_profiles.py", "__init__.py"}
     assert named <= modules | scripts, f"in the layout page but not in the tree: {sorted(named - modules - scripts)}"
+
+
+def test_every_input_is_float32_on_this_numpy():
+    """NumPy 2's promotion rules (NEP 50) make float32 / np.float64 scalar a float64 array, where
+    NumPy 1 kept float32: every operator's inputs, benchmark and edge, stay float32 on both lines."""
+    for spec in ops.REGISTRY.values():
+        problems = [*spec.shapes["quick"][:1], *([{**spec.edge_problem, "inputs": "edge"}] if spec.edge else [])]
+        for p in problems:
+            make = spec.edge if p.get("inputs") == "edge" else spec.make
+            for i, x in enumerate(make(np.random.default_rng(0), p)):
+                dtype = np.asarray(x).dtype
+                assert dtype == np.float32 or dtype.kind in "iub", (spec.name, p, i, dtype)

@@ -50,7 +50,7 @@ def pin_threads(backend: Backend, wanted: int) -> int:
 
 
 CALIBRATION = 1024  # the GEMM size every framework parallelises over every core it is given
-OBSERVE_TRIES = 3  # a team seen smaller than asked is looked at again (another process's load), longer
+OBSERVE_TRIES = 3  # a team seen other than asked is looked at again (another process's load), longer
 
 
 def calibration_case(framework: str, mode: str) -> Case:
@@ -79,10 +79,10 @@ def observed_threads(backend: Backend, mode: str, wanted: int, state: Session) -
             prepared = prepare(calibration_case(backend.name, mode), backend)
             prepared.verify(prepared.call())
             seen = observe(prepared.call)
-            for i in range(1, OBSERVE_TRIES):
-                if seen.count >= wanted:
-                    break
-                seen = max(seen, observe(prepared.call, min_seconds=0.3 * 2**i), key=lambda o: o.count)
+            for i in range(1, OBSERVE_TRIES):  # a team seen other than asked is looked at again, longer:
+                if seen.count == wanted:        # on a loaded machine a helper thread can pass the share
+                    break                       # threshold, or a starved worker fall under it
+                seen = min(seen, observe(prepared.call, min_seconds=0.3 * 2**i), key=lambda o: abs(o.count - wanted))
             how = f"{METHOD}, {CALIBRATION}^3 float32 GEMMs in {mode} mode: {seen.describe()}"
             state.observed[key] = (seen.count, how) if seen.count == wanted else ThreadMismatch(
                 f"{backend.name} {mode}: asked for {wanted} threads, observed {seen.count} ({how})")

@@ -88,9 +88,9 @@ register(
         family="conv",
         args=(Arg("x", "image"), Arg("w", "kernel")),
         output_kind="image",
-        make=lambda r, p: (
+        make=lambda r, p: (  # a float32 scale: under NEP 50 a float64 one makes the weights float64
             normal(r, p["n"], p["c"], p["h"], p["w"]),
-            normal(r, p["o"], p["c"], p["k"], p["k"]) / np.sqrt(p["c"] * p["k"] ** 2),
+            normal(r, p["o"], p["c"], p["k"], p["k"]) / np.float32(np.sqrt(p["c"] * p["k"] ** 2)),
         ),
         reference=conv2d,
         vjp=conv2d_vjp,
