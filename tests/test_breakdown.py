@@ -294,6 +294,7 @@ MODELS = (Path(__file__).parents[1] / "benchmarks" / "e2e" / "test_models.py").r
 
 def test_the_plugin_profiles_after_timing_when_asked(pytester: pytest.Pytester):
     """One real run through the plugin (the default, off, adds nothing: test_the_breakdown_is_off...)."""
+    pytest.importorskip("torch")  # torch.profiler's reader; the legacy line has no PyTorch
     pytester.makepyfile(test_models=MODELS)
     out = pytester.path / "run.json"
     result = pytester.runpytest_subprocess("--framework", "torch", "--mode", "eager", "-m", "lenet and training",

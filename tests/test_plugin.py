@@ -147,6 +147,7 @@ def test_inference_runs_at_batch_1_beside_the_models_batch_and_training_at_its_b
 
 
 def test_data_dir_errors_are_one_line(pytester: pytest.Pytester, tmp_path):
+    pytest.importorskip("torch")  # its MLP reads the data; the legacy line has no PyTorch
     pytester.makepyfile(test_e2e="""
 from opbench.measure import measure
 
