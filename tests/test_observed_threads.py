@@ -80,7 +80,7 @@ def test_a_thread_that_ends_while_read_is_left_out(tmp_path):
 
 
 def _observed_numpy(threads: int) -> int:
-    """Threads NumPy's BLAS computes a 1024^3 GEMM on, the best of three looks (another process's
+    """Threads NumPy's BLAS computes a CALIBRATION^3 (2048^3) GEMM on, the best of three looks (another process's
     load can hide a thread for one window, never add one)."""
     state = State(Settings(threads=(threads,), peak_gflops=100.0))
     counts = []
@@ -130,7 +130,7 @@ def test_saved_results_carry_the_observed_count_and_how():
     bench = FakeBenchmark()
     measure(bench, Bound(gemm_case(), NumpyBackend(), State(Settings(threads=(1,), peak_gflops=100.0))))
     assert bench.extra_info["threads"] == 1
-    assert bench.extra_info["threads_observed"].startswith("per-thread CPU time from /proc/self/task/*/stat, 1024^3")
+    assert bench.extra_info["threads_observed"].startswith("per-thread CPU time from /proc/self/task/*/stat, 2048^3")
 
 
 @pytest.mark.skipif(CORES < 2 or not backends.installed("mxnet"), reason="needs 2 cores and MXNet")

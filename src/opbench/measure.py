@@ -49,7 +49,7 @@ def pin_threads(backend: Backend, wanted: int) -> int:
     return got
 
 
-CALIBRATION = 1024  # the GEMM size every framework parallelises over every core it is given
+CALIBRATION = 2048  # the GEMM size every framework parallelises over every core it is given (see observed_threads)
 OBSERVE_TRIES = 3  # a team seen other than asked is looked at again (another process's load), longer
 
 
