@@ -92,10 +92,11 @@ def cmd_upgrade_check(args) -> int:
         raise ResultsError("--runs counts the process design's runs: add --design process, or leave it out")
     workdir = _workdir(args)
     if args.design == "paired":
-        pythons = envs.make_envs(args.baseline, args.candidate, workdir)
+        pythons = envs.make_envs(args.baseline, args.candidate, workdir, strict=args.strict_env)
         return _paired(pythons, ({}, {}), args, workdir)
     runs = args.runs or DEFAULT_RUNS
-    base_files, cand_files = process.run_gate(args.baseline, args.candidate, args.pytest_args, runs, workdir)
+    base_files, cand_files = process.run_gate(args.baseline, args.candidate, args.pytest_args, runs, workdir,
+                                              strict_env=args.strict_env)
     print(f"results in {base_files[0].parent}")
     return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
 
@@ -216,6 +217,8 @@ def parser() -> argparse.ArgumentParser:
                     help="paired: interleaved trials between two live workers; process: K whole runs per side, "
                          "ABBA (default %(default)s: docs/explanation/paired-gate.md has the measurements)")
     up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
+    up.add_argument("--strict-env", action="store_true",
+                    help="stop when installing a side changes a package it did not name, or leaves one unsatisfied")
     up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
     _gate_options(up)
     _paired_options(up)

@@ -1,23 +1,98 @@
 """The gate's environments: a virtual environment per side that sees this interpreter's packages
 through a site directory (so that nothing else differs) and has the named requirements installed
 on top, shadowing the shared copies; and a results folder per invocation.
+
+What pip installs beyond the named requirements is said before anything is measured: upgrading
+JAX from 0.7 to 0.10 also moves NumPy from 1.26 to 2.x, and a verdict blamed on the one may come
+from the other. pip's installation report (`pip install --report`) names every package it
+installed; each one that was not asked for becomes one line (name, the version this environment
+has, the version the side gets, and what required it), and `pip check` in the side names every
+requirement left unsatisfied. `--strict-env` stops the gate there instead.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
 import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 from opbench.results.store import ResultsError
 
 
-def make_env(folder: Path, requirements: list[str], runner=None) -> Path:
+@dataclass(frozen=True)
+class Change:
+    """A package a side's install changed without being named."""
+
+    name: str
+    old: str | None  # the version this environment has (None: not installed)
+    new: str
+    required_by: str
+
+    def line(self, side: str) -> str:
+        return (f"{side}: also {'installs' if self.old is None else 'changes'} {self.name} "
+                f"{self.old or ''}{' -> ' if self.old else ''}{self.new} (required by {self.required_by})")
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _requirement_name(spec: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return _canonical(Requirement(spec).name)
+    except InvalidRequirement:
+        return _canonical(spec)
+
+
+def _installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _requires(meta: dict, name: str) -> bool:
+    return any(_requirement_name(d.split(";")[0]) == name for d in meta.get("requires_dist") or [])
+
+
+def changes(report: dict, requirements: list[str]) -> list[Change]:
+    """The packages pip's installation report installed that `requirements` did not name, each with
+    the version here and the installed package (or named requirement) that required it."""
+    items = [i.get("metadata", {}) for i in report.get("install", [])]
+    named = {_requirement_name(r) for r in requirements}
+    out = []
+    for meta in items:
+        name = _canonical(meta.get("name", ""))
+        if not name or name in named:
+            continue
+        old, new = _installed_version(name), meta.get("version", "?")
+        if old == new:
+            continue
+        required_by = sorted(f"{other.get('name')} {other.get('version')}" for other in items if _requires(other, name))
+        out.append(Change(meta.get("name", name), old, new, ", ".join(required_by) or "pip's resolver"))
+    return sorted(out, key=lambda c: _canonical(c.name))
+
+
+def unsatisfied(python: Path, runner) -> list[str]:
+    """What `pip check` in a side reports as broken, one line per requirement ('' when none)."""
+    result = runner([str(python), "-m", "pip", "check"], capture_output=True, text=True, check=False)
+    lines = (result.stdout or "").strip().splitlines() if result.returncode else []
+    return [line.strip() for line in lines if line.strip()]
+
+
+def make_env(folder: Path, requirements: list[str], runner=None, side: str = "", strict: bool = False) -> Path:
     """A venv at `folder` layered on this interpreter's site-packages, with `requirements` on top.
-    Returns its python."""
+    Says (stderr, before any measurement) what else the install changed and what it left
+    unsatisfied; with `strict`, raises instead. Returns its python."""
     runner = runner or subprocess.run
     venv.EnvBuilder(with_pip=True, clear=True).create(folder)
     python = folder / "bin" / "python"
@@ -26,17 +101,35 @@ def make_env(folder: Path, requirements: list[str], runner=None) -> Path:
     shared = sysconfig.get_paths()["purelib"]
     Path(site, "_opbench_shared.pth").write_text(f"import site; site.addsitedir({shared!r})\n")
     if requirements:
-        result = runner([str(python), "-m", "pip", "install", "-q", *requirements], check=False)
+        report = folder / "pip-report.json"
+        print(f"opbench upgrade-check: {side or folder.name}: installing {' '.join(requirements)}",
+              file=sys.stderr, flush=True)
+        result = runner([str(python), "-m", "pip", "install", "-q", "--report", str(report), *requirements],
+                        check=False)
         if result.returncode != 0:
             raise ResultsError(f"pip could not install {' '.join(requirements)} into {folder}")
+        said = [c.line(side or folder.name) for c in changes(_read_report(report), requirements)]
+        said += [f"{side or folder.name}: pip check: {line}" for line in unsatisfied(python, runner)]
+        for line in said:
+            print(f"opbench upgrade-check: {line}", file=sys.stderr, flush=True)
+        if said and strict:
+            raise ResultsError(f"--strict-env: {said[0]}" + (f" (and {len(said) - 1} more)" if len(said) > 1 else ""))
     return python
 
 
-def make_envs(baseline: list[str], candidate: list[str], workdir: Path, runner=None) -> list[str]:
+def _read_report(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # an older pip without --report, or a runner that wrote none: nothing to say
+
+
+def make_envs(baseline: list[str], candidate: list[str], workdir: Path, runner=None,
+              strict: bool = False) -> list[str]:
     """The baseline's and the candidate's interpreters, built under `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)
-    return [str(make_env(workdir / "env-baseline", baseline, runner)),
-            str(make_env(workdir / "env-candidate", candidate, runner))]
+    return [str(make_env(workdir / "env-baseline", baseline, runner, "baseline", strict)),
+            str(make_env(workdir / "env-candidate", candidate, runner, "candidate", strict))]
 
 
 def fresh_folder(workdir: Path) -> Path:

@@ -22,13 +22,13 @@ def abba(k: int) -> list[str]:
 
 
 def run_gate(baseline: list[str], candidate: list[str], pytest_args: list[str], k: int, workdir: Path,
-             runner=None) -> tuple[list[Path], list[Path]]:
+             runner=None, strict_env: bool = False) -> tuple[list[Path], list[Path]]:
     """Build both environments and run the benchmarks K times per side in ABBA order. Returns the
     result files of each side."""
     runner = runner or subprocess.run
     if k < 1:
         raise ResultsError("--runs must be at least 1")
-    pythons = dict(zip("AB", make_envs(baseline, candidate, workdir, runner), strict=True))
+    pythons = dict(zip("AB", make_envs(baseline, candidate, workdir, runner, strict_env), strict=True))
     results = fresh_folder(workdir)
     files: dict[str, list[Path]] = {"A": [], "B": []}
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
