@@ -39,8 +39,8 @@ def loaded(runtime: str, maps: Path = MAPS) -> list[str]:
         text = maps.read_text()
     except OSError:
         return []
-    return sorted({line.split()[-1] for line in text.splitlines()
-                   if len(line.split()) >= 6 and Path(line.split()[-1]).name.startswith(runtime)})
+    paths = (fields[5] for fields in (line.split(maxsplit=5) for line in text.splitlines()) if len(fields) == 6)
+    return sorted({path for path in paths if Path(path).name.startswith(runtime)})
 
 
 def run_order(framework: str | None) -> int:

@@ -101,15 +101,14 @@ def make_env(folder: Path, requirements: list[str], runner=None, side: str = "",
     shared = sysconfig.get_paths()["purelib"]
     Path(site, "_opbench_shared.pth").write_text(f"import site; site.addsitedir({shared!r})\n")
     if requirements:
-        report = folder / "pip-report.json"
-        print(f"opbench upgrade-check: {side or folder.name}: installing {' '.join(requirements)}",
-              file=sys.stderr, flush=True)
+        side, report = side or folder.name, folder / "pip-report.json"
+        print(f"opbench upgrade-check: {side}: installing {' '.join(requirements)}", file=sys.stderr, flush=True)
         result = runner([str(python), "-m", "pip", "install", "-q", "--report", str(report), *requirements],
                         check=False)
         if result.returncode != 0:
             raise ResultsError(f"pip could not install {' '.join(requirements)} into {folder}")
-        said = [c.line(side or folder.name) for c in changes(_read_report(report), requirements)]
-        said += [f"{side or folder.name}: pip check: {line}" for line in unsatisfied(python, runner)]
+        said = [c.line(side) for c in changes(_read_report(report), requirements)]
+        said += [f"{side}: pip check: {line}" for line in unsatisfied(python, runner)]
         for line in said:
             print(f"opbench upgrade-check: {line}", file=sys.stderr, flush=True)
         if said and strict:

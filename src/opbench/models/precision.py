@@ -26,17 +26,17 @@ from opbench.data import round_bfloat16
 PRECISIONS = ("float32", "amp")
 AMP_DTYPE = {"cpu": "bfloat16", "gpu": "float16"}  # the low-precision type amp computes in, per device
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+LOSS_SCALE = 2.0**8  # float16 only: gradients of a mean loss of 1e-5..1 stay above its 6e-8 subnormals
+# The parameters a matrix product reads (dense, convolution and LSTM weights and biases): cast to
+# the low-precision type under amp. Batch-norm scales and running statistics stay float32.
+PRODUCT_PARAMS = (".W", ".b", ".Wx", ".Wh")
+
+
 def dtype_name(dtype) -> str:
     """A framework's element type as NumPy names it ("float32", "bfloat16"): NumPy, JAX and
     TensorFlow dtypes carry the name, PyTorch's print as "torch.float32", Keras 3 gives a string."""
     name = getattr(dtype, "name", None)
     return name if isinstance(name, str) else str(dtype).removeprefix("torch.")
-
-
-LOSS_SCALE = 2.0**8  # float16 only: gradients of a mean loss of 1e-5..1 stay above its 6e-8 subnormals
-# The parameters a matrix product reads (dense, convolution and LSTM weights and biases): cast to
-# the low-precision type under amp. Batch-norm scales and running statistics stay float32.
-PRODUCT_PARAMS = (".W", ".b", ".Wx", ".Wh")
 
 
 def compute_dtype(precision: str, device: str) -> str:
