@@ -8,6 +8,7 @@ import pytest
 
 from opbench.roofline import (
     GENEROUS_CPU_HZ,
+    KNOWN_GPUS,
     Ceiling,
     CpuFacts,
     GpuFacts,
@@ -114,9 +115,9 @@ def test_cpufreq_maximum_is_not_trusted_when_it_excludes_boost():
 
 @pytest.mark.parametrize("gpu, dtype, tflops", [
     (GpuFacts("NVIDIA H100 80GB HBM3", (9, 0), 132, 1.98e9), "float16", 132 * 4096 * 1.98e9 / 1e12),
-    (GpuFacts("NVIDIA H100 80GB HBM3", (9, 0), 132, 1.98e9), "float32", 132 * 2048 * 1.98e9 / 1e12),  # TF32
+    (GpuFacts("NVIDIA H100 80GB HBM3", (9, 0), 132, 1.98e9), "float32", 132 * 256 * 1.98e9 / 1e12),  # no TF32
     (GpuFacts("NVIDIA A100-SXM4-40GB", (8, 0), 108, 1.41e9), "bfloat16", 108 * 2048 * 1.41e9 / 1e12),
-    (GpuFacts("NVIDIA A100-SXM4-40GB", (8, 0), 108, 1.41e9), "float32", 108 * 1024 * 1.41e9 / 1e12),
+    (GpuFacts("NVIDIA A100-SXM4-40GB", (8, 0), 108, 1.41e9), "float32", 108 * 128 * 1.41e9 / 1e12),
     # only the name, as TensorFlow and JAX tell it: the table fills the rest
     (GpuFacts("NVIDIA A100-SXM4-80GB"), "float16", 108 * 2048 * 1.41e9 / 1e12),
     (GpuFacts("NVIDIA H100 PCIe", (9, 0)), "float16", 114 * 4096 * 1.755e9 / 1e12),
@@ -127,11 +128,12 @@ def test_gpu_ceilings_from_properties(gpu, dtype, tflops):
 
 
 def test_gpu_ceilings_are_at_or_above_published_dense_peaks():
-    """NVIDIA's dense peaks (TFLOP/s): the ceiling may be generous, never below them."""
+    """NVIDIA's dense peaks (TFLOP/s; float32 on the CUDA cores, TF32 off): the ceiling may be
+    generous, never below them."""
     h100 = GpuFacts("NVIDIA H100 80GB HBM3", (9, 0), 132, 1.98e9)
     a100 = GpuFacts("NVIDIA A100-SXM4-40GB", (8, 0), 108, 1.41e9)
-    for gpu, dtype, published in ((h100, "float16", 989.4), (h100, "float32", 494.7), (a100, "float16", 312),
-                                  (a100, "float32", 156)):
+    for gpu, dtype, published in ((h100, "float16", 989.4), (h100, "float32", 66.9), (a100, "float16", 312),
+                                  (a100, "float32", 19.5)):
         assert gpu_ceiling(gpu, dtype).gflops / 1e3 >= published * 0.999
 
 
@@ -139,7 +141,9 @@ def test_an_unknown_gpu_gets_generous_bounds_and_says_so():
     ceiling = gpu_ceiling(GpuFacts("Future GPU", (13, 0)), "float16")
     assert ceiling.gflops > 5e6  # 5 PFLOP/s: above any device the table knows
     assert "generous" in ceiling.derivation and "multiprocessors unknown" in ceiling.derivation
-    assert gpu_ceiling(None, "float32").gflops > 1e6
+    known = [gpu_ceiling(GpuFacts("x", row[3], row[1], row[2] * 1e6), "float32").gflops
+             for row in KNOWN_GPUS]
+    assert gpu_ceiling(None, "float32").gflops > max(known)
 
 
 def test_unsynchronised_mxnet_gemm_of_the_report_fails_on_every_host_kind():
@@ -182,6 +186,29 @@ def test_the_gpu_ceiling_asks_the_framework_once():
     assert r.ceiling("gpu", "float16", Backend()).gflops == pytest.approx(108 * 2048 * 1.41)
     r.ceiling("gpu", "float32", Backend())
     assert Backend.asked == 1
+
+
+def test_a_step_without_a_flop_count_derives_no_ceiling():
+    """A model step counts no FLOPs: on an H100 an amp training step asked for a GPU ceiling in
+    dtype 'amp' and every amp case failed with KeyError before this."""
+    class Backend:
+        def gpu_facts(self):
+            raise AssertionError("no ceiling is derived for a call without FLOPs")
+
+    r = Roofline(None, 1.5, 2, cpu=facts(EPYC_AVX2))
+    assert r.check(None, 1e-3, "gpu", "amp", Backend()) is None
+    assert r.check(0, 1e-3, "gpu", "float32", Backend()) is None
+
+
+def test_a_timed_gpu_call_is_held_to_its_own_device():
+    """The ceiling of a GPU call comes from the framework that ran it, not from generous bounds."""
+    class Backend:
+        def gpu_facts(self):
+            return GpuFacts("NVIDIA H100 80GB HBM3", (9, 0), 132, 1.98e9)
+
+    r = Roofline(None, 1.5, 2, cpu=facts(EPYC_AVX2))
+    with pytest.raises(Implausible):  # 80 TFLOP/s of float32: past 1.5 x the CUDA cores' 66.9
+        r.check(2 * 1024**3, 2 * 1024**3 / 110e12, "gpu", "float32", Backend())
 
 
 def test_this_host_has_a_ceiling():

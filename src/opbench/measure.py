@@ -306,7 +306,8 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
     timing = timing_of(benchmark)
     if timing is None:
         return
-    state.roofline.check(prepared.flops, timing.min_s, case.device, case.dtype, gain=prepared.algorithm_gain)
+    state.roofline.check(prepared.flops, timing.min_s, case.device, case.dtype, prepared.backend,
+                         gain=prepared.algorithm_gain)
     benchmark.extra_info.update(
         gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,
         gbps=prepared.bytes / timing.median_s / 1e9 if prepared.bytes else None,

@@ -182,20 +182,23 @@ class GpuFacts:
 
 
 # Dense FLOPs per multiprocessor per clock, from NVIDIA's architecture whitepapers (published
-# peak / (SMs x boost clock)). float32 includes TF32 tensor cores from Ampere on: cuDNN, XLA
-# and TensorFlow use them for float32 by default. bfloat16 without tensor-core support runs
-# at the float32 rate.
+# peak / (SMs x boost clock)). float32 is the CUDA cores' rate (two per FMA lane), not TF32's:
+# opbench turns TF32 off in PyTorch and TensorFlow and runs JAX at matmul precision "highest", and
+# checks float32 results to float32's accuracy, which TF32's 10-bit mantissa fails. (A ceiling with
+# TF32 in it, 2048 on an H100, let a float32 GEMM claim 8 times what the CUDA cores can do; the
+# fastest float32 GEMM measured on an H100 ran at 28.5 of its 66.9 TFLOP/s.) float16 and bfloat16
+# include tensor cores; bfloat16 without tensor-core support runs at the float32 rate.
 PER_SM_CLOCK = {
     (7, 0): {"float32": 128, "float16": 1024, "bfloat16": 128},  # V100
     (7, 2): {"float32": 128, "float16": 1024, "bfloat16": 128},  # Xavier
     (7, 5): {"float32": 128, "float16": 1024, "bfloat16": 128},  # T4, Turing
-    (8, 0): {"float32": 1024, "float16": 2048, "bfloat16": 2048},  # A100
-    (8, 6): {"float32": 512, "float16": 1024, "bfloat16": 1024},  # A10, A40, RTX 30
-    (8, 7): {"float32": 512, "float16": 1024, "bfloat16": 1024},  # Orin
-    (8, 9): {"float32": 512, "float16": 1024, "bfloat16": 1024},  # L4, L40S, RTX 40
-    (9, 0): {"float32": 2048, "float16": 4096, "bfloat16": 4096},  # H100, H200
-    (10, 0): {"float32": 4096, "float16": 8192, "bfloat16": 8192},  # B200
-    (12, 0): {"float32": 512, "float16": 1024, "bfloat16": 1024},  # RTX 50
+    (8, 0): {"float32": 128, "float16": 2048, "bfloat16": 2048},  # A100
+    (8, 6): {"float32": 256, "float16": 1024, "bfloat16": 1024},  # A10, A40, RTX 30
+    (8, 7): {"float32": 256, "float16": 1024, "bfloat16": 1024},  # Orin
+    (8, 9): {"float32": 256, "float16": 1024, "bfloat16": 1024},  # L4, L40S, RTX 40
+    (9, 0): {"float32": 256, "float16": 4096, "bfloat16": 4096},  # H100, H200
+    (10, 0): {"float32": 256, "float16": 8192, "bfloat16": 8192},  # B200
+    (12, 0): {"float32": 256, "float16": 1024, "bfloat16": 1024},  # RTX 50
 }
 # A capability newer than the table: twice the table's highest rate.
 GENEROUS_PER_SM = {d: 2 * max(rates[d] for rates in PER_SM_CLOCK.values()) for d in ("float32", *WIDE)}
@@ -297,6 +300,10 @@ class Roofline:
 
     def check(self, flops: float | None, seconds: float, device: str, dtype: str, backend: Any = None,
               gain: float = 1.0) -> float | None:
+        """GFLOP/s of a call taking `seconds` against the device's ceiling in `dtype`; None for a
+        call that counts no FLOPs (a model step), whose ceiling is not derived at all."""
+        if not flops:
+            return None
         return check(flops, seconds, self.ceiling(device, dtype, backend), self.slack, gain)
 
     def derived(self, devices: tuple[str, ...], dtypes: tuple[str, ...]) -> dict[str, Any]:

@@ -146,7 +146,7 @@ class Worker:
         wall = time.perf_counter() - start
         cpu, steal, switches = time.process_time() - cpu, steal_ticks() - steal, _involuntary() - switches
         try:
-            state.roofline.check(ready.prepared.flops, min(times), case.device, case.dtype,
+            state.roofline.check(ready.prepared.flops, min(times), case.device, case.dtype, ready.prepared.backend,
                                  gain=ready.prepared.algorithm_gain)
         except AssertionError as exc:
             return {"ok": False, "error": one_line(exc)}
