@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from opbench import backends
+from opbench import backends, e2e
 from opbench.cases import Case
 from opbench.e2e import prepare_model
 from opbench.execute import CorrectnessError
@@ -225,3 +225,50 @@ def test_known_issues_match_the_catalogue():
     for issue in KNOWN_ISSUES:
         names = set(catalogue.MODELS) | set(__import__("opbench.ops", fromlist=["REGISTRY"]).REGISTRY)
         assert set(issue.names) <= names, issue
+
+
+def _adam_step_from(grads: dict, model, initial: dict, state: dict) -> dict:
+    return e2e.optimizer_update(model, initial, grads, state, model.optimizer, 1, False)
+
+
+def test_float32_adam_step_allows_another_order_near_zero_and_no_more():
+    """cuDNN's LSTM on an H100 put the 0.Wx gradient element of true size 1.6e-9 at -8.3e-9 (its
+    own summation order), which Adam turns into a step of -0.45 of its rate instead of 0.14: a
+    correct step the check must pass. The same step at the wrong rate, or with the element's
+    sign flipped where its gradient is large, must still fail."""
+    model = catalogue.get("lstm")
+    initial = e2e._initial(model)
+    _, grads, state = e2e._first_pass("lstm", 8, "", False)
+    want, allowed = e2e.reference_timed_step("lstm", 8, "", 1, False, False, "float32")
+    case = Case("model", "lstm", "e2e", "training", "numpy", "cpu", "eager", "float32", "lstm-b8", (("batch", 8),))
+    check = lambda after: e2e.check_update(case, "the timed adam step", initial, after, initial, want, allowed)
+
+    g = grads["0.Wx"]
+    smallest = np.unravel_index(np.argmin(np.abs(g)), g.shape)
+    other_order = {**grads, "0.Wx": g.copy()}
+    other_order["0.Wx"][smallest] = -8.3e-9
+    check(_adam_step_from(other_order, model, initial, state))
+
+    largest = np.unravel_index(np.argmax(np.abs(g)), g.shape)
+    flipped = {**grads, "0.Wx": g.copy()}
+    flipped["0.Wx"][largest] *= -1
+    with pytest.raises(CorrectnessError, match="0.Wx"):
+        check(_adam_step_from(flipped, model, initial, state))
+    half_rate = {k: initial[k] + 0.5 * (v - initial[k]) for k, v in want.items()}
+    with pytest.raises(CorrectnessError):
+        check(half_rate)
+
+
+def test_low_precision_adam_allowance_is_the_step_change_not_the_whole_step():
+    """The low-precision Adam allowance is how far the update moves while the gradient moves over
+    its error interval, relative to the step. It was measured as the distance of that (small)
+    change from the whole step, so every tensor was allowed 0.75 of its step (the cap): a step at
+    half the rate passed. The MLP in bfloat16 must refuse it."""
+    model = catalogue.get("mlp")
+    initial = e2e._initial(model)
+    want, allowed = e2e.reference_timed_step("mlp", 8, "", 1, False, False, "bfloat16")
+    assert min(e2e.update_limit(k, v) for k, v in allowed.items()) < 0.2
+    case = Case("model", "mlp", "e2e", "training", "numpy", "cpu", "eager", "amp", "mlp-b8", (("batch", 8),))
+    half_rate = {k: initial[k] + 0.5 * (v - initial[k]) for k, v in want.items()}
+    with pytest.raises(CorrectnessError):
+        e2e.check_update(case, "the timed adam step", initial, half_rate, initial, want, allowed)
