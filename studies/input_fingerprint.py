@@ -6,8 +6,8 @@ shape and SHA-1. Run it in two environments and diff the outputs. Every input sh
 identical. A reference may differ by a few float64 units in the last place where the two NumPy
 versions compute a function differently (exp: sigmoid and softmax).
 
-    .venv/bin/python studies/input_fingerprint.py > np1.txt
-    .venv-numpy2/bin/python studies/input_fingerprint.py > np2.txt
+    .venv-numpy1/bin/python studies/input_fingerprint.py > np1.txt
+    .venv/bin/python studies/input_fingerprint.py > np2.txt
     diff np1.txt np2.txt
 """
 
