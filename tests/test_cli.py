@@ -187,7 +187,7 @@ def test_report_shows_the_amp_speedup_over_each_models_float32_run(tmp_path, cap
 
 
 def test_report_shows_what_ran_as_observed(tmp_path, capsys):
-    seen = "per-thread CPU time from /proc/self/task/*/stat, 2048^3 float32 GEMMs in eager mode: 2 threads"
+    seen = "thread states and CPU time from /proc/self/task/*/stat, 2048^3 float32 GEMMs in eager mode: 2 threads"
     run = write(tmp_path / "r.json", [
         bench("test_training[torch-cpu-eager-amp-lenet-b32]", 2e-3, group="lenet-training[cpu-amp-lenet-b32]",
               flops=None, model="lenet", threads=2, threads_observed=seen, compute_dtype="bfloat16",

@@ -156,6 +156,7 @@ class FakeWorker:
     time of a call per id, outcomes per id, and ids on which it dies or hangs."""
 
     started: list[FakeWorker] = []
+    order: list[tuple[str, str, str]] = []  # ("send" or "ask", side, cmd) over all workers
 
     def __init__(self, world: dict, side: str, command, env, log: Path) -> None:
         self.world, self.side, self.current, self.closed = world, side, None, False
@@ -166,6 +167,7 @@ class FakeWorker:
 
     def send(self, request: dict) -> None:
         self.sent.append(request)
+        FakeWorker.order.append(("send", self.side, request["cmd"]))
 
     def reply(self, what: str, timeout: float) -> dict:
         return self.ask(self.sent.pop(0), timeout)
@@ -174,6 +176,7 @@ class FakeWorker:
         w = self.world[self.side]
         cmd = request["cmd"]
         self.asked.append(cmd)
+        FakeWorker.order.append(("ask", self.side, cmd))
         if cmd == "collect":
             return {"ok": True, "ids": w.get("ids", IDS)}
         if cmd == "machine_info":
@@ -204,11 +207,23 @@ SMALL = {"budget_s": 600, "trials": 4, "min_pairs": 8, "max_pairs": 10, "confirm
 
 
 def run_fake(tmp_path, world, **plan) -> PairedGate:
-    FakeWorker.started = []
+    FakeWorker.started, FakeWorker.order = [], []
     gate = PairedGate(SIDES, ["benchmarks"], tmp_path, Plan(**{**SMALL, **plan}), lambda name: Rule(),
                       spawn=lambda *a: FakeWorker(world, *a), progress=lambda line: None)
     gate.run()
     return gate
+
+
+def test_each_side_observes_its_threads_alone_before_both_prepare(tmp_path):
+    """Side by side, each worker's calibration GEMMs crowd the other's CPUs (JAX's team of two
+    looked like three threads beside the baseline's worker): the sides look one after the other."""
+    run_fake(tmp_path, {"baseline": {}, "candidate": {}}, max_pairs=8)
+    order = [(how, side, cmd) for how, side, cmd in FakeWorker.order if cmd in ("threads", "prepare")]
+    first = order[:6]  # the first benchmark's requests, in the order they happened
+    assert first[:2] == [("ask", "baseline", "threads"), ("ask", "candidate", "threads")]
+    assert [(how, cmd) for how, _, cmd in first[2:4]] == [("send", "prepare")] * 2
+    prepares = sum(how == "send" and cmd == "prepare" for how, _, cmd in order)
+    assert sum(cmd == "threads" for _, _, cmd in order) == prepares
 
 
 def test_aa_with_fake_workers_is_unchanged_everywhere_and_leaves_no_worker_running(tmp_path):
@@ -404,6 +419,7 @@ def test_the_real_worker_answers_the_protocol(tmp_path):
         ids = w.ask({"cmd": "collect", "args": [str(ROOT / "benchmarks/ops/test_activations.py"), "-m",
                                                  "numpy and relu and eager and forward"]}, 300)
         assert ids["ok"] and ids["ids"] and all("numpy-cpu-eager" in i for i in ids["ids"])
+        assert w.ask({"cmd": "threads", "id": ids["ids"][0]}, 300) == {"ok": True, "observed": True}
         ready = w.ask({"cmd": "prepare", "id": ids["ids"][0]}, 300)
         assert ready["outcome"] == "ready" and ready["extra_info"]["max_abs_err"] >= 0
         burst = w.ask({"cmd": "burst", "loops": 2, "rounds": 3}, 60)

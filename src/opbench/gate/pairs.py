@@ -326,7 +326,10 @@ class PairedGate:
         pair.ask_both({"cmd": "release"}, plan.timeout_s)
 
     def _prepare(self, pair: Pair, i: str) -> bool:
-        """Both sides build and verify benchmark `i`; False (and the record says why) unless both are ready."""
+        """Both sides build and verify benchmark `i`; False (and the record says why) unless both are
+        ready. Each side first observes its threads alone, one after the other."""
+        for side in SIDES:
+            pair.ask(side, {"cmd": "threads", "id": i}, self.plan.timeout_s)
         ready = pair.ask_both({"cmd": "prepare", "id": i}, self.plan.timeout_s)
         for side, reply in ready.items():
             if not reply.get("ok"):

@@ -20,17 +20,12 @@ from typing import Any
 
 from opbench.messages import one_line
 
-STEAL_FIELD = 8  # /proc/stat "cpu" line: user nice system idle iowait irq softirq steal
-
 
 def steal_ticks() -> int:
     """Time the hypervisor gave this machine's CPUs to other guests, in clock ticks (0 where unknown)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = f.readline().split()
-        return int(fields[STEAL_FIELD]) if fields[0] == "cpu" and len(fields) > STEAL_FIELD else 0
-    except (OSError, ValueError, IndexError):
-        return 0
+    from opbench.observed_threads import machine_ticks
+
+    return machine_ticks()[1]
 
 
 class Collector:
@@ -128,6 +123,21 @@ class Worker:
         return {"ok": True, "outcome": "ready", "name": name, "group": case.group,
                 "extra_info": describe(case, backend, ready, state)}
 
+    def threads(self, node_id: str) -> dict:
+        """Observe the threads benchmark `node_id` will compute on (once per framework and mode in
+        a worker; measure.threads_of), while the other side of the pair waits: looked at side by
+        side, each worker's calibration GEMMs crowd the other's CPUs. A failure here is left for
+        prepare to report."""
+        from opbench import execute
+        from opbench.measure import threads_of
+
+        _, case = self.collector.items[node_id]
+        try:
+            threads_of(case, execute.require(case), self.collector.state)
+        except Exception as exc:
+            return {"ok": True, "observed": False, "message": one_line(exc)}
+        return {"ok": True, "observed": True}
+
     def burst(self, loops: int, rounds: int) -> dict:
         """`rounds` timed rounds of `loops` calls each: the time per call of every round, and the
         process CPU time, steal ticks and involuntary context switches over the whole burst."""
@@ -163,18 +173,19 @@ class Worker:
         return {"ok": True}
 
     def handle(self, request: dict) -> dict:
+        """One request of the protocol (its "cmd" and arguments) answered."""
+        answers = {
+            "collect": lambda: self.collect(list(request["args"])),
+            "machine_info": self.machine_info,
+            "threads": lambda: self.threads(request["id"]),
+            "prepare": lambda: self.prepare(request["id"]),
+            "burst": lambda: self.burst(int(request["loops"]), int(request["rounds"])),
+            "release": self.release,
+        }
         cmd = request.get("cmd")
-        if cmd == "collect":
-            return self.collect(list(request["args"]))
-        if cmd == "machine_info":
-            return self.machine_info()
-        if cmd == "prepare":
-            return self.prepare(request["id"])
-        if cmd == "burst":
-            return self.burst(int(request["loops"]), int(request["rounds"]))
-        if cmd == "release":
-            return self.release()
-        return {"ok": False, "error": f"unknown request {cmd!r}"}
+        if cmd not in answers:
+            return {"ok": False, "error": f"unknown request {cmd!r}"}
+        return answers[cmd]()
 
 
 def _involuntary() -> int:
