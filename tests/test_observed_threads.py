@@ -206,18 +206,16 @@ def _spin(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
-def test_other_processes_on_the_same_cpus_are_seen(tmp_path):
-    import numpy as np
-
-    a = np.ones((256, 256), np.float32)
+def test_other_processes_on_the_same_cpus_are_seen():
     spinner = _spin(30)
     try:
         time.sleep(0.2)  # the spinner is running
-        seen = observe(lambda: a @ a, min_seconds=0.5)
+        seen = observe(lambda: time.sleep(0.005), min_seconds=0.5)
     finally:
         spinner.kill()
         spinner.wait()
-    # the spinner alone is one CPU's worth whatever else runs; ticks are 10 ms, the window 0.5 s
+    # this process sleeps, so the spinner has a CPU to itself unless other work shares it, which
+    # only adds to what is seen; ticks are 10 ms, the window 0.5 s
     assert seen.cpus == CORES and seen.others > 0.6
     assert f"other work on {seen.others:.2f} of {CORES} CPUs" in seen.describe()
 
