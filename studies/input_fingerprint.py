@@ -18,9 +18,9 @@ import warnings
 
 import numpy as np
 
-from opbench import ops
-from opbench.models import catalogue, datasets
-from opbench.models.spec import init_params
+from opbench.workloads import ops
+from opbench.workloads.models import catalogue, datasets
+from opbench.workloads.models.spec import init_params
 
 
 def digest(a) -> str:

@@ -14,9 +14,10 @@ import timeit
 
 import numpy as np
 
-from opbench import backends
-from opbench.cases import Case
-from opbench.execute import host_inputs, prepare
+from opbench import frameworks
+from opbench.core.case import Case
+from opbench.suites.ops.prepare import host_inputs, prepare
+from opbench.workloads import ops
 
 
 def best_per_call(first, second, number: int, repeat: int = 21) -> tuple[float, float]:
@@ -30,16 +31,14 @@ def best_per_call(first, second, number: int, repeat: int = 21) -> tuple[float, 
 
 
 def main() -> None:
-    backend = backends.load("numpy")
-    noop_case = Case("op", "relu", "activation", "forward", "numpy", "cpu", "eager", "float32", "1x1",
-                     (("d", 1), ("n", 1)))
+    backend = frameworks.load("numpy")
+    noop_case = Case.operator(ops.get("relu"), "forward", "numpy", params={"d": 1, "n": 1})
     prepared_noop = prepare(noop_case, backend)
     x = np.ones((1, 1), np.float32)
     bare_noop = lambda: np.maximum(x, 0)  # what prepared_noop runs, without the harness
 
     p = {"m": 96, "k": 96, "n": 96}
-    gemm_case = Case("op", "gemm", "linalg", "forward", "numpy", "cpu", "eager", "float32", "96x96x96",
-                     tuple(sorted(p.items())))
+    gemm_case = Case.operator(ops.get("gemm"), "forward", "numpy", params=p)
     prepared_gemm = prepare(gemm_case, backend)
     a, b = host_inputs("gemm", gemm_case.label, gemm_case.params, "float32")
     bare_gemm = lambda: a @ b

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from opbench.gate import pairs
-from opbench.processes import WorkerProcess
+from opbench.core.processes import WorkerProcess
+from opbench.regression import coordinator
 from opbench.results.stats import Rule
 from opbench.testing.inject import ENV as INJECT
 from opbench.testing.inject import PLUGIN as INJECT_PLUGIN
@@ -50,17 +50,17 @@ def timed(owner, name: str, label: str | None = None) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=pairs.Plan.trials, help="trials per benchmark and pair")
+    parser.add_argument("--trials", type=int, default=coordinator.Plan.trials, help="trials per benchmark and pair")
     parser.add_argument("pytest_args", nargs="+", help="the selection, after --")
     a = parser.parse_args()
     timed(WorkerProcess, "reply")
-    timed(pairs.Pair, "__init__", "start a pair (spawn, collect)")
-    timed(pairs.PairedGate, "_calibrate", "calibrate and warm up")
-    timed(pairs.PairedGate, "_trial", "timed trials")
-    side = functools.partial(pairs.Side, python=sys.executable, env=dict(os.environ))
-    plan = pairs.Plan(trials=a.trials, min_pairs=1, max_pairs=1)
+    timed(coordinator.Pair, "__init__", "start a pair (spawn, collect)")
+    timed(coordinator.PairedGate, "_calibrate", "calibrate and warm up")
+    timed(coordinator.PairedGate, "_trial", "timed trials")
+    side = functools.partial(coordinator.Side, python=sys.executable, env=dict(os.environ))
+    plan = coordinator.Plan(trials=a.trials, min_pairs=1, max_pairs=1)
     args = ["-p", INJECT_PLUGIN, *a.pytest_args] if os.environ.get(INJECT) else a.pytest_args
-    gate = pairs.PairedGate((side("baseline"), side("candidate")), args, Path(tempfile.mkdtemp()), plan,
+    gate = coordinator.PairedGate((side("baseline"), side("candidate")), args, Path(tempfile.mkdtemp()), plan,
                             lambda name: Rule(), progress=lambda line: None)
     start = time.monotonic()
     gate.run()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.gate.paired_stats import spread
+from opbench.regression.intervals import spread
 from opbench.testing.inject import ENV as INJECT
 from opbench.testing.inject import PLUGIN as INJECT_PLUGIN
 

@@ -178,7 +178,7 @@ def main() -> None:
         return
     frameworks = args.frameworks.split(",")
     # one opbench process per framework, as each peer has: PyTorch and MXNet share one OpenMP
-    # runtime in a process (opbench.openmp), and the peers never meet another framework
+    # runtime in a process (opbench.harness.openmp), and the peers never meet another framework
     ours = [{k: v for f in frameworks for k, v in opbench_run([f]).items()} for _ in range(args.runs)]
     peers = {f: [peer_process(f) for _ in range(args.runs)] for f in frameworks}
     print(f"threads: {len(os.sched_getaffinity(0))} (every core this process may use); "

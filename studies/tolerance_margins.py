@@ -14,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from opbench import execute, ops
+from opbench.suites.ops import prepare
+from opbench.workloads import ops
 
 WORST: dict[tuple, tuple[float, str]] = {}
 
@@ -34,7 +35,7 @@ def _recording(real):
 
 
 def main(argv: list[str]) -> int:
-    execute._compare = _recording(execute._compare)
+    prepare._compare = _recording(prepare._compare)
     code = pytest.main(["-q", "--benchmark-disable", "-p", "no:cacheprovider", *argv])
     print(f"\n{'operator':14} {'direction':9} {'dtype':9} {'output':8} {'share of tolerance':>19}  "
           f"{'worst in':15} rtol")

@@ -8,7 +8,7 @@ import time
 
 import torch.distributed as dist
 
-from opbench.distributed.torch_ddp import TorchDDP
+from opbench.frameworks.torch.ddp import TorchDDP
 
 
 class PerWorkerMean:
@@ -16,8 +16,8 @@ class PerWorkerMean:
     sums W means, W times the whole batch's gradient. (Built on first use: it imports MXNet.)"""
 
     def __new__(cls, *args):
-        from opbench.backends.mxnet_models import mxnet_optimizer
-        from opbench.distributed.mxnet_kvstore import MxnetKVStore
+        from opbench.frameworks.mxnet.kvstore import MxnetKVStore
+        from opbench.frameworks.mxnet.models import mxnet_optimizer
 
         class _Wrong(MxnetKVStore):
             def use(self, optimizer) -> None:
@@ -76,7 +76,7 @@ class UnsharedReplicas:
     replicas' weights drift apart. (Built on first use: it imports MXNet.)"""
 
     def __new__(cls, *args):
-        from opbench.distributed.mxnet_local import MxnetLocal
+        from opbench.frameworks.mxnet.kvlocal import MxnetLocal
 
         class _Wrong(MxnetLocal):
             def step(self, sync: bool = True) -> float:
@@ -90,7 +90,7 @@ class PerReplicaMean:
     then sums W means, W times the whole batch's gradient. (Built on first use: it imports TensorFlow.)"""
 
     def __new__(cls, *args):
-        from opbench.distributed.tensorflow_mirrored import TensorflowMirrored
+        from opbench.frameworks.tensorflow.mirrored import TensorflowMirrored
 
         class _Wrong(TensorflowMirrored):
             def use(self, optimizer) -> None:

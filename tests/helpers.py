@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from opbench import backends
+from opbench import frameworks
 
 
-def load_or_skip(name: str) -> backends.Backend:
+def load_or_skip(name: str) -> frameworks.Backend:
     """The backend of framework `name`, or this test skipped with the reason it cannot run."""
     try:
-        return backends.load(name)
-    except backends.Unavailable as exc:
+        return frameworks.load(name)
+    except frameworks.Unavailable as exc:
         pytest.skip(str(exc))
 
 _RUN_NUMBER = itertools.count()  # every document a distinct run, as real runs are (their datetime differs)
@@ -59,21 +59,21 @@ def gemm_runs(folder: Path, prefix: str, medians: list[float], **kw) -> list[Pat
 
 def edge_case(name: str, framework: str, mode: str, direction: str, seed: int = 0, dtype: str = "float32"):
     """The operator's edge-regime case (OpSpec.edge at OpSpec.edge_problem) on the CPU."""
-    from opbench import ops
-    from opbench.cases import Case
+    from opbench.core.case import Case
+    from opbench.workloads import ops
 
     spec = ops.get(name)
     p = {**spec.edge_problem, "inputs": "edge"}
-    return Case("op", name, spec.family, direction, framework, "cpu", mode, dtype,
-                f"{spec.label(p)}-edge-seed{seed}", tuple(sorted(p.items())))
+    return Case.operator(spec, direction, framework, mode=mode, dtype=dtype, params=p,
+                         label=f"{spec.label(p)}-edge-seed{seed}")
 
 
 def model_step(framework: str, mode: str, name: str = "lenet"):
     """(backend, native model, synchronised training step) of a catalogue model at its quick
     batch on the CPU, already run three times (compiled modes compile on the first)."""
-    from opbench.execute import synchronised
-    from opbench.models import catalogue, datasets
-    from opbench.models.spec import init_params
+    from opbench.suites.ops.prepare import synchronised
+    from opbench.workloads.models import catalogue, datasets
+    from opbench.workloads.models.spec import init_params
 
     backend = load_or_skip(framework)
     backend.set_threads(2)

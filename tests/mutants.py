@@ -23,17 +23,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opbench import backends, convergence, execute, ops
-from opbench.cases import Case
-from opbench.e2e import prepare_model
-from opbench.execute import CorrectnessError
-from opbench.layout import from_native, to_native
-from opbench.models import catalogue
-from opbench.models.spec import BatchNorm, Conv2D, Dense, GlobalAvgPool, ModelSpec, Optimizer, Residual, init_params
-from opbench.ops import activations, conv, normalization
+from opbench import frameworks
+from opbench.core.case import Case
+from opbench.core.layouts import from_native, to_native
+from opbench.suites.convergence import training as convergence
+from opbench.suites.models.equivalence import prepare_model
+from opbench.suites.ops import prepare
+from opbench.suites.ops.prepare import CorrectnessError
+from opbench.workloads import ops
+from opbench.workloads.models import catalogue
+from opbench.workloads.models.spec import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    GlobalAvgPool,
+    ModelSpec,
+    Optimizer,
+    Residual,
+    init_params,
+)
+from opbench.workloads.ops import activations, conv, normalization
 from tests.helpers import edge_case
 
-FRAMEWORKS = backends.taking_part("models")  # the frameworks under test; NumPy is the reference
+FRAMEWORKS = frameworks.taking_part("models")  # the frameworks under test; NumPy is the reference
 Params = dict[str, np.ndarray]
 
 
@@ -121,7 +133,7 @@ def _drop_bias(layer: str) -> Callable[[Params], Params]:
 
 
 def _unbuilt(framework: str, what: str):
-    return backends.Unavailable(f"{framework}: {what} has no mixed precision to mutate (opbench runs no amp there)")
+    return frameworks.Unavailable(f"{framework}: {what} has no mixed precision to mutate (opbench runs no amp there)")
 
 
 def _one_layer_in_float32(native, framework: str) -> None:
@@ -145,20 +157,20 @@ def _one_layer_in_float32(native, framework: str) -> None:
 
         native._leaves["0"].dtype_policy = keras.DTypePolicy("float32")
     elif framework == "jax":
-        from opbench.backends import jax_models
+        from opbench.frameworks.jax import models
 
         last = f"{len(native.spec.layers) - 1}."
 
         def masters_for_last(params, x):
-            cast, x = jax_models._cast(params, x, native._amp)
+            cast, x = models._cast(params, x, native._amp)
             return {**cast, **{k: v for k, v in params.items() if k.startswith(last)}}, x
 
         def logits(params, x):
             params, x = masters_for_last(params, x)
-            return jax_models._sequence(native.spec.layers, params, "", x, False, {})
+            return models._sequence(native.spec.layers, params, "", x, False, {})
 
         native._logits = logits
-        native._loss = lambda params, x, y: jax_models.cross_entropy(native.spec, *masters_for_last(params, x), y)
+        native._loss = lambda params, x, y: models.cross_entropy(native.spec, *masters_for_last(params, x), y)
     else:
         raise _unbuilt(framework, "amp on part of the network")
 
@@ -196,12 +208,12 @@ def _low_precision_loss(native, framework: str) -> None:
         import jax
         import jax.numpy as jnp
 
-        from opbench.backends import jax_models
+        from opbench.frameworks.jax import models
 
         def loss(params, x, y):
             state: dict = {}
-            cast, x = jax_models._cast(params, x, native._amp)
-            logp = jax.nn.log_softmax(jax_models._sequence(native.spec.layers, cast, "", x, True, state))
+            cast, x = models._cast(params, x, native._amp)
+            logp = jax.nn.log_softmax(models._sequence(native.spec.layers, cast, "", x, True, state))
             return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), state
 
         native._loss = loss
@@ -336,16 +348,15 @@ def applied(mutant: ModelMutant, backend) -> Iterator[None]:
 def model_case(framework: str, name: str, direction: str, profile: str = "quick", precision: str = "float32") -> Case:
     """The benchmark's own case (eager, the profile's batch): the gate as it runs there."""
     batch = catalogue.get(name).batch[profile]
-    return Case("model", name, "e2e", direction, framework, "cpu", "eager", precision, f"{name}-b{batch}",
-                (("batch", batch),))
+    return Case.model(name, direction, framework, batch, precision=precision)
 
 
 def model_survives(mutant: ModelMutant, framework: str) -> str | None:
     """None when the gate catches the mutant; otherwise what the gate accepted."""
-    backend = backends.load(framework)
+    backend = frameworks.load(framework)
     direction = "training" if mutant.gate == "model training" else "inference"
     case = model_case(framework, mutant.model, direction, mutant.profile, mutant.precision)
-    execute.require(case)  # Unavailable where the benchmark itself would be skipped (MXNet's amp)
+    prepare.require(case)  # Unavailable where the benchmark itself would be skipped (MXNet's amp)
     with applied(mutant, backend):
         try:
             prepared = prepare_model(case, backend)
@@ -418,7 +429,7 @@ DIGITS_BN = ModelSpec("digits-bn", (1, 28, 28), (
 def convergence_survives(mutant: ConvergenceMutant, framework: str) -> str | None:
     """None when the convergence gate catches the mutant: one epoch of eager training (two where
     it acts from the second epoch), and a timed run after it where it acts there."""
-    backend = backends.load(framework)
+    backend = frameworks.load(framework)
     model = DIGITS_BN if mutant.model == DIGITS_BN.name else catalogue.get(mutant.model)
     wrong_eval = mutant.train_mode_eval
     epochs = 2 if wrong_eval == "after epoch 1" else 1
@@ -433,8 +444,7 @@ def convergence_survives(mutant: ConvergenceMutant, framework: str) -> str | Non
             native.infer = wrong if (wrong_eval == "always" or (wrong_eval == "after epoch 1" and index >= 1)
                                      or (wrong_eval == "in timed runs" and run != "the gated run")) else right
 
-        case = Case("model", model.name, "convergence", "convergence", framework, "cpu", "eager", "float32",
-                    f"{model.name}-b64-e{epochs}", (("batch", 64), ("epochs", epochs)))
+        case = Case.model(model.name, "convergence", framework, 64, epochs=epochs)
         try:
             for run in runs:
                 feed = _WrongFeed(plan, mutant.how, lambda index, run=run: on_epoch(run, index))
@@ -475,10 +485,10 @@ def _training_mode_infer(native, framework: str):
         def infer(x):
             return lambda: native.net(x, training=True)
     elif framework == "jax":
-        from opbench.backends import jax_models
+        from opbench.frameworks.jax import models
 
         def infer(x):
-            return lambda: jax_models._sequence(native.spec.layers, native.params, "", x, True, {})
+            return lambda: models._sequence(native.spec.layers, native.params, "", x, True, {})
     elif framework == "mxnet":
         from mxnet import autograd
 
@@ -489,7 +499,7 @@ def _training_mode_infer(native, framework: str):
 
             return call
     else:
-        raise backends.Unavailable(f"{framework}: no training mode to evaluate in")
+        raise frameworks.Unavailable(f"{framework}: no training mode to evaluate in")
     return infer
 
 
@@ -633,8 +643,7 @@ def op_case(framework: str, mutant: OpMutant, dtype: str = "float32") -> Case:
     spec = ops.get(mutant.op)
     p = spec.shapes["quick"][0]
     direction = "backward" if mutant.gate == "operator backward" else "forward"
-    return Case("op", spec.name, spec.family, direction, framework, "cpu", "eager", dtype, spec.label(p),
-                tuple(sorted(p.items())))
+    return Case.operator(spec, direction, framework, dtype=dtype, params=p)
 
 
 @contextlib.contextmanager
@@ -642,7 +651,7 @@ def op_applied(mutant: OpMutant, backend, case: Case) -> Iterator[None]:
     """The backend's forward, backward or creation calls return the mutant's results inside the block."""
     spec = ops.get(case.name)
     image, kernel = backend.image_layout(case.device), backend.kernel_layout
-    inputs = [a.astype(np.float64) for a in execute.host_inputs(case.name, case.label, case.params, case.dtype)]
+    inputs = [a.astype(np.float64) for a in prepare.host_inputs(case.name, case.label, case.params, case.dtype)]
 
     def native(a, kind):
         return backend.from_numpy(to_native(np.asarray(a, dtype=np.float32), kind, image, kernel), case.device,
@@ -680,15 +689,15 @@ def op_applied(mutant: OpMutant, backend, case: Case) -> Iterator[None]:
 
 def op_survives(mutant: OpMutant, framework: str, dtype: str = "float32") -> str | None:
     """None when the operator gate catches the mutant; otherwise what the gate accepted."""
-    backend = backends.load(framework)
+    backend = frameworks.load(framework)
     case = op_case(framework, mutant, dtype)
-    execute.require(case)
+    prepare.require(case)
     with op_applied(mutant, backend, case):
         try:
-            prepared = execute.prepare(case, backend)
+            prepared = prepare.prepare(case, backend)
             result = prepared.call()
         except Exception as exc:  # the benchmark itself skips a case its framework cannot run
-            raise backends.Unavailable(f"{framework} cannot run {case.name} in {dtype}: {exc}") from exc
+            raise frameworks.Unavailable(f"{framework} cannot run {case.name} in {dtype}: {exc}") from exc
         try:
             err = prepared.verify(result)
         except AssertionError:  # CorrectnessError, and the creation check's own
@@ -702,8 +711,8 @@ def main() -> None:
     scores: dict[tuple[str, str], list[int]] = {}
     for framework in FRAMEWORKS:
         try:
-            backends.load(framework)
-        except backends.Unavailable as exc:
+            frameworks.load(framework)
+        except frameworks.Unavailable as exc:
             print(f"{framework}: skipped ({exc})")
             continue
         # every float32 model mutant again in mixed precision: what the coarser amp gate still sees
@@ -714,7 +723,7 @@ def main() -> None:
         for gate, dtype, mutant, survives in runs:
             try:
                 survived = survives()
-            except backends.Unavailable:
+            except frameworks.Unavailable:
                 continue
             tally = scores.setdefault((gate, dtype), [0, 0])
             tally[0], tally[1] = tally[0] + (survived is None), tally[1] + 1

@@ -12,7 +12,7 @@ import pytest
 PROBE = """
 import ctypes, ctypes.util, sys
 import numpy as np
-from opbench import allocator
+from opbench.harness import allocator
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -54,7 +54,7 @@ def test_steady_keeps_big_blocks_in_the_heap(mode):
 
 
 def test_the_setting_is_validated():
-    from opbench.config import ConfigError, resolve
+    from opbench.harness.config import ConfigError, resolve
 
     assert resolve({}).malloc == "default"
     assert resolve({"malloc": "steady"}).malloc == "steady"

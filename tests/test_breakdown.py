@@ -13,15 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opbench import config, ops
-from opbench.backends.profiling import STEP, XLA_NOTE, Span, Trace, pair_markers, xla_kernels
-from opbench.breakdown import attribution
-from opbench.breakdown.attribution import attribute
-from opbench.breakdown.prediction import layer_ops, op_case, predict
-from opbench.breakdown.taxonomy import classify
-from opbench.models import catalogue
+from opbench.frameworks.profiling import STEP, XLA_NOTE, Span, Trace, pair_markers, xla_kernels
+from opbench.harness import config
 from opbench.results import breakdown as report
 from opbench.results.store import load_run
+from opbench.suites.breakdown import attribution
+from opbench.suites.breakdown.attribution import attribute
+from opbench.suites.breakdown.prediction import layer_ops, op_case, predict
+from opbench.suites.breakdown.taxonomy import classify
+from opbench.workloads import ops
+from opbench.workloads.models import catalogue
 from tests.helpers import bench, load_or_skip, model_step, write
 
 PROFILES = Path(__file__).parent / "data" / "profiles"
@@ -144,7 +145,7 @@ RECORDED = {  # what each framework's profile of a LeNet training step must show
 def recorded(name: str) -> Trace:
     framework = name.split("-", maxsplit=1)[0]
     load_or_skip(framework)  # in the order frameworks must be imported
-    module = importlib.import_module(f"opbench.backends.{framework}_profile")
+    module = importlib.import_module(f"opbench.frameworks.{framework}.profile")
     raw = gzip.decompress(next(PROFILES.glob(f"{name}.*.gz")).read_bytes())
     if framework == "torch":
         return module.parse(json.loads(raw))
@@ -206,17 +207,17 @@ def test_prediction_verifies_and_times_each_operator():
 
 
 def test_an_operator_that_fails_is_listed_and_the_rest_predicted(monkeypatch):
-    from opbench.breakdown import prediction
-    from opbench.execute import CorrectnessError
+    from opbench.suites.breakdown import prediction
+    from opbench.suites.ops.prepare import CorrectnessError
 
-    real = prediction.prepare
+    real = prediction.verified
 
-    def prepare(case, backend):
+    def verified(case, backend):
         if case.name == "avgpool2d":
             raise CorrectnessError("avgpool2d is off\nby a lot")
         return real(case, backend)
 
-    monkeypatch.setattr(prediction, "prepare", prepare)
+    monkeypatch.setattr(prediction, "verified", verified)
     monkeypatch.setattr(prediction, "_TIMES", {})
     pred = predict(catalogue.get("lenet"), 3, load_or_skip("numpy"), "cpu", "eager", training=False)
     assert pred["failed"] == ["avgpool2d 3x6x24x24-k2-s2: CorrectnessError: avgpool2d is off",
@@ -319,15 +320,15 @@ def test_the_plugin_profiles_after_timing_when_asked(pytester: pytest.Pytester):
 
 
 def _case(device: str = "cpu"):
-    from opbench.cases import Case
+    from opbench.core.case import Case
 
-    return Case("model", "lenet", "e2e", "training", "torch", device, "eager", "float32", "lenet-b2", (("batch", 2),))
+    return Case.model("lenet", "training", "torch", 2, device=device)
 
 
 def test_a_gpu_breakdown_says_it_is_host_time():
     from types import SimpleNamespace
 
-    from opbench.breakdown import GPU_NOTE, profiled_pass
+    from opbench.suites.breakdown import GPU_NOTE, profiled_pass
 
     def profile(call, steps, folder):
         return _trace(Span("aten::mm", "a", 0, 9))
@@ -340,7 +341,7 @@ def test_a_gpu_breakdown_says_it_is_host_time():
 def test_a_failed_profiled_pass_keeps_the_timed_result():
     from types import SimpleNamespace
 
-    from opbench.measure import BreakdownFailed, breakdown
+    from opbench.suites.measure import BreakdownFailed, breakdown
 
     def broken(call, steps, folder):
         raise RuntimeError("the profiler\nbroke")
@@ -350,7 +351,12 @@ def test_a_failed_profiled_pass_keeps_the_timed_result():
     assert info == {"error": "RuntimeError: the profiler"}
 
 
-def test_the_report_knows_the_taxonomy_families_in_order():
-    from opbench.breakdown.taxonomy import FAMILIES as TAXONOMY
+def test_every_family_the_taxonomy_gives_is_one_the_report_shows():
+    """One list of families (core.schema) for the classifier and the report: whatever a profiled
+    operator is classified as, the report has a column for it."""
+    from opbench.core.schema import FAMILY_NAMES
+    from opbench.suites.breakdown.taxonomy import _PATTERNS
 
-    assert report.FAMILIES == tuple(family for family, _ in TAXONOMY)  # the results layer keeps its own copy
+    given_out = {family for family, _ in _PATTERNS} | {"update", "fused", "copy", "other"}
+    assert given_out <= set(FAMILY_NAMES) and report.FAMILIES == FAMILY_NAMES
+    assert {classify(n) for n in ("aten::conv2d", "aten::mm", "Relu", "MaxPool", "weird_thing")} <= set(FAMILY_NAMES)

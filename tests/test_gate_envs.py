@@ -1,4 +1,4 @@
-"""What installing a side changed beyond its named requirements (opbench.gate.envs): read from
+"""What installing a side changed beyond its named requirements (opbench.regression.envs): read from
 pip's installation report and `pip check`, said before measuring, or a stop with --strict-env."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from opbench import cli
-from opbench.gate import envs
-from opbench.gate import process as upgrade
+from opbench.regression import envs
+from opbench.regression import process as upgrade
 from opbench.results.store import ResultsError
 
 # pip's --report for `pip install jax==0.10.2 jaxlib==0.10.2`, its NumPy at a version no environment has

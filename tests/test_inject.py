@@ -12,7 +12,7 @@ from opbench.testing import inject
 
 BENCH = """
 import pytest
-from opbench.measure import measure
+from opbench.suites.measure import measure
 
 @pytest.mark.opbench(op="relu")
 def test_relu(op_case, benchmark):

@@ -1,7 +1,10 @@
-"""The package's floor plan: every import of an opbench module, at the top of a file or inside a
-function, goes to a module of the same layer or a layer below. Description (cases, ops, models,
-backends) knows nothing of measurement; measurement nothing of display; the results layer only
-reads saved runs; the gate and the command line sit on top."""
+"""The package's floor plan is its folder tree: every top-level folder (or module) of
+src/opbench is one layer, and every import of an opbench module, at the top of a file or inside a
+function, goes to the same layer or one below. The core types know nothing of what is measured;
+the workloads (operators and models, framework-neutral, with their NumPy references) nothing of
+frameworks; the frameworks nothing of how one measures; the suites nothing of display; the
+results layer only reads saved runs; the pytest face, the upgrade gate and the command line sit
+on top."""
 
 from __future__ import annotations
 
@@ -14,13 +17,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "opbench"
 
 # The first part of a module's dotted name below `opbench` decides its layer.
 LAYERS = {
-    0: {"__init__", "messages", "files", "processes", "cases", "data", "layout"},
-    1: {"backends", "ops", "models", "roofline"},
-    2: {"config", "session", "known_issues"},
-    3: {"execute", "e2e", "convergence", "breakdown", "measure", "observed_threads", "openmp", "fingerprint",
-        "allocator", "suite", "sweep", "distributed"},
-    4: {"results"},
-    5: {"plugin", "gate", "testing", "cli", "__main__"},
+    0: {"__init__", "core"},
+    1: {"workloads"},
+    2: {"frameworks"},
+    3: {"harness"},
+    4: {"suites"},
+    5: {"results"},
+    6: {"pytest_plugin", "testing"},
+    7: {"regression", "cli", "__main__"},
 }
 LAYER = {part: level for level, parts in LAYERS.items() for part in parts}
 
@@ -61,5 +65,19 @@ def test_no_import_runs_back_up(path):
 
 def test_the_results_layer_never_imports_the_harness_or_a_framework():
     for path in (PACKAGE / "results").glob("*.py"):
-        modules = {_top(m) for _, m in _imports(path)} - {"results", "files", "messages"}
+        modules = {_top(m) for _, m in _imports(path)} - {"results", "core"}
         assert not modules, f"{path.name} imports {sorted(modules)}"
+
+
+def test_each_framework_is_imported_in_its_own_folder_only():
+    imports = {"torch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet", "jax": "jax"}
+    for path in MODULES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in names:
+                framework = imports.get(name.split(".")[0])
+                if framework:
+                    assert path.parent == PACKAGE / "frameworks" / framework, (
+                        f"{path.relative_to(PACKAGE)} imports {name}: only frameworks/{framework}/ may")

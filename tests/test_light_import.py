@@ -5,10 +5,11 @@ import sys
 
 CODE = """
 import sys
-import opbench, opbench.plugin, opbench.config, opbench.cases, opbench.ops, opbench.backends
-from opbench import backends
-assert backends.installed("numpy")
-heavy = [m for m in set(backends.PACKAGES.values()) - {"numpy"} if m in sys.modules]
+import opbench, opbench.pytest_plugin, opbench.harness.config, opbench.core.case
+import opbench.workloads.ops, opbench.frameworks
+from opbench import frameworks
+assert frameworks.installed("numpy")
+heavy = [m for m in set(frameworks.PACKAGES.values()) - {"numpy"} if m in sys.modules]
 print(",".join(heavy))
 """
 

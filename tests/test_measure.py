@@ -8,10 +8,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from opbench import backends, execute, ops
-from opbench.cases import Case
-from opbench.config import Settings
-from opbench.measure import (
+from opbench import frameworks
+from opbench.core.case import Case
+from opbench.harness.config import Settings
+from opbench.harness.roofline import check
+from opbench.pytest_plugin import Bound, State
+from opbench.suites.measure import (
     Implausible,
     NoisyMeasurement,
     ThreadMismatch,
@@ -21,11 +23,11 @@ from opbench.measure import (
     pin_threads,
     warn_if_noisy,
 )
-from opbench.plugin import Bound, State
-from opbench.roofline import check
+from opbench.suites.ops import prepare
 from opbench.testing import inject
+from opbench.workloads import ops
 
-NumpyBackend = type(backends.load("numpy"))
+NumpyBackend = type(frameworks.load("numpy"))
 
 
 class FakeBenchmark:
@@ -60,8 +62,7 @@ class WrongGemm(NumpyBackend):
 
 def gemm_case(size: int = 64) -> Case:
     p = {"m": size, "k": size, "n": size}
-    return Case("op", "gemm", "linalg", "forward", "numpy", "cpu", "eager", "float32", ops.get("gemm").label(p),
-                tuple(sorted(p.items())))
+    return Case.operator(ops.get("gemm"), "forward", "numpy", params=p)
 
 
 def bound(backend, **settings) -> Bound:
@@ -81,7 +82,7 @@ def test_pin_threads_returns_effective_count():
 
 def test_wrong_result_fails_and_is_not_timed():
     bench = FakeBenchmark()
-    with pytest.raises(execute.CorrectnessError, match="differs from NumPy"):
+    with pytest.raises(prepare.CorrectnessError, match="differs from NumPy"):
         measure(bench, bound(WrongGemm()))
     assert bench.calls == 0
 
@@ -100,7 +101,7 @@ def test_roofline_guard_fires_on_impossible_speed():
 def test_the_guard_derives_its_ceiling_from_the_hardware_not_from_numpy(monkeypatch):
     """Without --peak-gflops the ceiling is the derived one, whatever NumPy's GEMM reaches: NumPy
     is measured for the report (numpy_gemm_gflops), never to fail a result."""
-    from opbench import session
+    from opbench.harness import session
 
     monkeypatch.setattr(session, "numpy_gemm_gflops", lambda threads: 1.0)  # a NumPy far slower than the call
     bench = FakeBenchmark(seconds=1e-5)  # 52 GFLOP/s: below any derived ceiling
@@ -127,15 +128,15 @@ def test_noisy_measurement_warns():
         warn_if_noisy("x", Timing(median_s=1.0, min_s=0.5, iqr_s=0.5))
 
 
-@pytest.mark.skipif(not backends.installed("mxnet"), reason="mxnet is not installed")
+@pytest.mark.skipif(not frameworks.installed("mxnet"), reason="mxnet is not installed")
 def test_mxnet_gemm_without_sync_would_trip_the_guard():
     """MXNet returns before computing: timing its call without waitall measures only the
     enqueue. The guard catches that; the synchronised callable passes it."""
     import time
 
-    backend = backends.load("mxnet")
+    backend = frameworks.load("mxnet")
     case = dataclasses.replace(gemm_case(1024), framework="mxnet")
-    prepared = execute.prepare(case, backend)
+    prepared = prepare.prepare(case, backend)
     ones = backend.from_numpy(np.ones((1024, 1024), np.float32), "cpu", "float32")
     run = backend.forward(backend.op("gemm"), case.p, [ones, ones], "eager", "cpu")
     run()
@@ -186,3 +187,20 @@ def test_inference_records_latency_percentiles_of_the_timed_rounds():
     assert got["latency_p99_s"] == pytest.approx(0.09901)
     assert got["latency_calls_per_round"] == 1
     assert latency(FakeBenchmark(seconds=None)) == {}  # nothing timed (--benchmark-disable)
+
+
+def test_what_measure_writes_is_what_the_results_read():
+    """One schema (core.schema) for the identity keys: a result's extra_info, as measure writes it,
+    reads back as the same subject, direction, device, dtype and size."""
+    from opbench.core import schema
+    from opbench.results.store import Bench
+    from opbench.suites.measure import identity
+
+    for case in (gemm_case(), Case.model("lenet", "training", "torch", 8, precision="amp")):
+        extra = identity(case, frameworks.load("numpy"), 2, 1e-6)
+        got = Bench("f", "n", case.group, 1.0, 0.0, 1.0, 1, extra).identity
+        kind = "model" if case.is_model else "op"
+        assert (got.subject, got.kind, got.direction, got.device, got.dtype, got.size) == (
+            case.name, kind, case.direction, case.device, case.dtype, case.label)
+    with pytest.raises(ValueError, match="identity"):
+        schema.identity("op", "gemm", direction="forward")  # a key left out is an error, not a gap

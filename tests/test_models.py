@@ -9,14 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from opbench import backends, e2e
-from opbench.cases import Case
-from opbench.e2e import prepare_model
-from opbench.execute import CorrectnessError
-from opbench.known_issues import KNOWN_ISSUES
-from opbench.models import catalogue, datasets, reference
-from opbench.models.native import nchw_dense_rows, nhwc_dense_rows
-from opbench.models.spec import (
+from opbench import frameworks
+from opbench.core.case import Case
+from opbench.harness.known_issues import KNOWN_ISSUES
+from opbench.suites.models import equivalence
+from opbench.suites.models.equivalence import prepare_model
+from opbench.suites.ops.prepare import CorrectnessError
+from opbench.workloads.models import catalogue, datasets, reference
+from opbench.workloads.models.native import nchw_dense_rows, nhwc_dense_rows
+from opbench.workloads.models.spec import (
     BatchNorm,
     Conv2D,
     Dense,
@@ -33,7 +34,7 @@ from opbench.models.spec import (
 )
 from tests.helpers import load_or_skip
 
-FRAMEWORKS = backends.taking_part("models")
+FRAMEWORKS = frameworks.taking_part("models")
 
 
 # Every layer kind in a few small models: batch norm after a convolution and after a dense layer,
@@ -151,8 +152,7 @@ def test_weight_mapping_round_trips(framework, name):
 
 
 def model_case(framework: str, name: str, direction: str, mode: str = "eager", batch: int = 4) -> Case:
-    return Case("model", name, "e2e", direction, framework, "cpu", mode, "float32", f"{name}-b{batch}",
-                (("batch", batch),))
+    return Case.model(name, direction, framework, batch, mode=mode)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -181,10 +181,10 @@ def test_small_models_equivalence(framework, direction, name, monkeypatch):
 
 def test_wrong_flatten_mapping_is_caught(monkeypatch):
     backend = load_or_skip("tensorflow")
-    from opbench.backends import tensorflow_models
+    from opbench.frameworks.tensorflow import models
 
-    monkeypatch.setattr(tensorflow_models, "nhwc_dense_rows", lambda w, chw: w)
-    monkeypatch.setattr(tensorflow_models, "nchw_dense_rows", lambda w, chw: w)
+    monkeypatch.setattr(models, "nhwc_dense_rows", lambda w, chw: w)
+    monkeypatch.setattr(models, "nchw_dense_rows", lambda w, chw: w)
     prepared = prepare_model(model_case("tensorflow", "lenet", "inference"), backend)
     with pytest.raises(CorrectnessError, match="logits differ"):
         prepared.verify(prepared.call())
@@ -192,9 +192,9 @@ def test_wrong_flatten_mapping_is_caught(monkeypatch):
 
 def test_wrong_lstm_gate_order_is_caught(monkeypatch):
     backend = load_or_skip("torch")
-    from opbench.backends import torch_models
+    from opbench.frameworks.torch import models
 
-    real = torch_models.TorchModel.set_params
+    real = models.TorchModel.set_params
 
     def swapped_gates(self, params):
         """Load the input and forget gates in each other's place."""
@@ -204,7 +204,7 @@ def test_wrong_lstm_gate_order_is_caught(monkeypatch):
             swapped[key] = np.concatenate([f, i, g, o], axis=-1)
         real(self, swapped)
 
-    monkeypatch.setattr(torch_models.TorchModel, "set_params", swapped_gates)
+    monkeypatch.setattr(models.TorchModel, "set_params", swapped_gates)
     with pytest.raises(CorrectnessError):
         prepare_model(model_case("torch", "lstm", "training", batch=2), backend)
 
@@ -223,12 +223,12 @@ def test_training_converges(framework):
 
 def test_known_issues_match_the_catalogue():
     for issue in KNOWN_ISSUES:
-        names = set(catalogue.MODELS) | set(__import__("opbench.ops", fromlist=["REGISTRY"]).REGISTRY)
+        names = set(catalogue.MODELS) | set(__import__("opbench.workloads.ops", fromlist=["REGISTRY"]).REGISTRY)
         assert set(issue.names) <= names, issue
 
 
 def _adam_step_from(grads: dict, model, initial: dict, state: dict) -> dict:
-    return e2e.optimizer_update(model, initial, grads, state, model.optimizer, 1, False)
+    return equivalence.optimizer_update(model, initial, grads, state, model.optimizer, 1, False)
 
 
 def test_float32_adam_step_allows_another_order_near_zero_and_no_more():
@@ -237,11 +237,11 @@ def test_float32_adam_step_allows_another_order_near_zero_and_no_more():
     correct step the check must pass. The same step at the wrong rate, or with the element's
     sign flipped where its gradient is large, must still fail."""
     model = catalogue.get("lstm")
-    initial = e2e._initial(model)
-    _, grads, state = e2e._first_pass("lstm", 8, "", False)
-    want, allowed = e2e.reference_timed_step("lstm", 8, "", 1, False, False, "float32")
-    case = Case("model", "lstm", "e2e", "training", "numpy", "cpu", "eager", "float32", "lstm-b8", (("batch", 8),))
-    check = lambda after: e2e.check_update(case, "the timed adam step", initial, after, initial, want, allowed)
+    initial = equivalence._initial(model)
+    _, grads, state = equivalence._first_pass("lstm", 8, "", False)
+    want, allowed = equivalence.reference_timed_step("lstm", 8, "", 1, False, False, "float32")
+    case = Case.model("lstm", "training", "numpy", 8)
+    check = lambda after: equivalence.check_update(case, "the timed adam step", initial, after, initial, want, allowed)
 
     g = grads["0.Wx"]
     smallest = np.unravel_index(np.argmin(np.abs(g)), g.shape)
@@ -265,10 +265,10 @@ def test_low_precision_adam_allowance_is_the_step_change_not_the_whole_step():
     change from the whole step, so every tensor was allowed 0.75 of its step (the cap): a step at
     half the rate passed. The MLP in bfloat16 must refuse it."""
     model = catalogue.get("mlp")
-    initial = e2e._initial(model)
-    want, allowed = e2e.reference_timed_step("mlp", 8, "", 1, False, False, "bfloat16")
-    assert min(e2e.update_limit(k, v) for k, v in allowed.items()) < 0.2
-    case = Case("model", "mlp", "e2e", "training", "numpy", "cpu", "eager", "amp", "mlp-b8", (("batch", 8),))
+    initial = equivalence._initial(model)
+    want, allowed = equivalence.reference_timed_step("mlp", 8, "", 1, False, False, "bfloat16")
+    assert min(equivalence.update_limit(k, v) for k, v in allowed.items()) < 0.2
+    case = Case.model("mlp", "training", "numpy", 8, precision="amp")
     half_rate = {k: initial[k] + 0.5 * (v - initial[k]) for k, v in want.items()}
     with pytest.raises(CorrectnessError):
-        e2e.check_update(case, "the timed adam step", initial, half_rate, initial, want, allowed)
+        equivalence.check_update(case, "the timed adam step", initial, half_rate, initial, want, allowed)

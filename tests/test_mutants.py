@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from opbench import backends
+from opbench import frameworks
 from tests import mutants
 
 ids = {"ids": lambda m: m.name.replace(" ", "-")}
@@ -14,9 +14,9 @@ ids = {"ids": lambda m: m.name.replace(" ", "-")}
 
 def _assert_caught(survives, mutant, framework: str, gate: str) -> None:
     try:
-        backends.load(framework)
+        frameworks.load(framework)
         survived = survives(mutant, framework)
-    except backends.Unavailable as exc:
+    except frameworks.Unavailable as exc:
         pytest.skip(str(exc))
     assert survived is None, f"{gate} gate: {mutant.name} ({mutant.why}) {survived}"
 

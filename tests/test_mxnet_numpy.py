@@ -1,4 +1,4 @@
-"""MXNet 1.9.1 on NumPy 1.26 and NumPy 2 (opbench.backends._mxnet): the names NumPy removed are
+"""MXNet 1.9.1 on NumPy 1.26 and NumPy 2 (opbench.frameworks.mxnet.loader): the names NumPy removed are
 lent to the numpy module for MXNet's import only, and each stands for what NumPy names as its
 replacement."""
 
@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from opbench import backends
+from opbench import frameworks
 
 try:
-    backends.load("mxnet")
-    from opbench.backends import _mxnet
-except backends.Unavailable as exc:  # pragma: no cover - MXNet is part of the tested stack
+    frameworks.load("mxnet")
+    from opbench.frameworks.mxnet import loader
+except frameworks.Unavailable as exc:  # pragma: no cover - MXNet is part of the tested stack
     pytest.skip(str(exc), allow_module_level=True)
 
 PROBE = """
@@ -31,30 +31,30 @@ def missing():
                 out.append(name)
     return out
 before = missing()
-from opbench.backends import _mxnet
-print(before == missing(), before, _mxnet.mx.__version__)
+from opbench.frameworks.mxnet import loader
+print(before == missing(), before, loader.mx.__version__)
 """
 
 
 def test_the_names_are_lent_for_the_import_only():
-    code = PROBE.format(names=sorted(_mxnet.NUMPY_NAMES))
+    code = PROBE.format(names=sorted(loader.NUMPY_NAMES))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     same, *_ = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert same == "True", out.stdout + out.stderr
 
 
 def test_numpy_names_adds_what_is_missing_and_takes_it_back():
-    with _mxnet.numpy_names() as added:
+    with loader.numpy_names() as added:
         for name in added:
-            assert getattr(np, name) is _mxnet.NUMPY_NAMES[name]
+            assert getattr(np, name) is loader.NUMPY_NAMES[name]
     for name in added:
-        assert _mxnet._missing(name), name
+        assert loader._missing(name), name
     if np.__version__.startswith("2."):
         assert {"PZERO", "NINF", "alltrue", "sometrue", "product", "mirr"} <= set(added)
 
 
 def test_each_lent_name_computes_what_numpy_named_as_its_replacement():
-    names, a = _mxnet.NUMPY_NAMES, np.array([[3.0, -1.0], [0.5, 2.0]])
+    names, a = loader.NUMPY_NAMES, np.array([[3.0, -1.0], [0.5, 2.0]])
     assert names["PZERO"] == 0.0 and np.signbit(names["NZERO"]) and names["NINF"] == -np.inf
     assert names["alltrue"](a > -2) and names["sometrue"](a > 2.5) and names["product"](a) == np.prod(a)
     assert np.array_equal(names["msort"](a), np.sort(a, axis=0))
@@ -67,7 +67,7 @@ def test_each_lent_name_computes_what_numpy_named_as_its_replacement():
 
 
 def test_mxnet_computes_against_numpy_on_this_numpy():
-    mx = _mxnet.mx
+    mx = loader.mx
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((64, 32), np.float32), rng.standard_normal((32, 16), np.float32)
     got = mx.nd.dot(mx.nd.array(a), mx.nd.array(b)).asnumpy()

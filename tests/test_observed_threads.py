@@ -12,14 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from opbench import backends
-from opbench.config import Settings
-from opbench.measure import ThreadMismatch, measure, observed_threads
-from opbench.observed_threads import MIN_SAMPLES, Observation, cpu_seconds, machine_ticks, observe, running_threads
-from opbench.plugin import Bound, State
+from opbench import frameworks
+from opbench.harness.config import Settings
+from opbench.harness.observed_threads import (
+    MIN_SAMPLES,
+    Observation,
+    cpu_seconds,
+    machine_ticks,
+    observe,
+    running_threads,
+)
+from opbench.pytest_plugin import Bound, State
+from opbench.suites.measure import ThreadMismatch, measure, observed_threads
 from tests.test_measure import FakeBenchmark, gemm_case
 
-NumpyBackend = type(backends.load("numpy"))
+NumpyBackend = type(frameworks.load("numpy"))
 CORES = len(os.sched_getaffinity(0))
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -134,11 +141,12 @@ def test_saved_results_carry_the_observed_count_and_how():
     assert bench.extra_info["threads_observed"].startswith("thread states and CPU time from /proc/self/task/*/stat")
 
 
-@pytest.mark.skipif(CORES < 2 or not backends.installed("mxnet"), reason="needs 2 cores and MXNet")
+@pytest.mark.skipif(CORES < 2 or not frameworks.installed("mxnet"), reason="needs 2 cores and MXNet")
 def test_mxnet_computes_on_the_threads_it_is_given():
     """MXNet's engine fixes its OpenMP teams when it starts: opbench gives it the count before."""
-    code = ("from opbench import backends; from opbench.config import Settings; from opbench.plugin import State;"
-            "from opbench.measure import observed_threads; s = State(Settings(threads=(2,)));"
+    code = ("from opbench import frameworks as backends; from opbench.harness.config import Settings;"
+            "from opbench.pytest_plugin import State;"
+            "from opbench.suites.measure import observed_threads; s = State(Settings(threads=(2,)));"
             "b = backends.load('mxnet'); print(max(observed_threads(b, m, 2, s)[0] for m in b.modes))")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MXNET_OMP_MAX_THREADS")}
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300,
@@ -153,14 +161,14 @@ def test_mxnet_computes_on_the_threads_it_is_given():
     ((0.98, 0.02), (0.98, 0.03), 1),       # one thread every time: a real mismatch stands
 ])
 def test_a_team_seen_other_than_asked_is_looked_at_again(monkeypatch, first, again, expected):
-    from opbench import observed_threads as module
+    from opbench.harness import observed_threads as module
 
     seen = iter([Observation(first, 1.0, 5), Observation(again, 1.0, 5), Observation(again, 1.0, 5)])
     monkeypatch.setattr(module, "observe", lambda work, min_seconds=0.3, **kw: next(seen))
     state = State(Settings(threads=(2,), peak_gflops=100.0))
     result = None
     try:
-        result = observed_threads(backends.load("numpy"), "eager", 2, state)
+        result = observed_threads(frameworks.load("numpy"), "eager", 2, state)
     except ThreadMismatch as exc:
         result = exc
     assert (result[0] if isinstance(result, tuple) else 1) == expected
@@ -221,7 +229,7 @@ def test_other_processes_on_the_same_cpus_are_seen():
 
 
 def _looks(monkeypatch, *looks: Observation) -> None:
-    from opbench import observed_threads as module
+    from opbench.harness import observed_threads as module
 
     seen = iter(looks)
     monkeypatch.setattr(module, "observe", lambda work, min_seconds=0.3, **kw: next(seen))

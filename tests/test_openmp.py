@@ -1,4 +1,4 @@
-"""Frameworks on one OpenMP runtime (opbench.openmp): which ones share it, as the process maps it;
+"""Frameworks on one OpenMP runtime (opbench.harness.openmp): which ones share it, as the process maps it;
 when a case says it was timed beside another framework's team; and the order that keeps them
 apart in a session."""
 
@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from opbench import backends, openmp
+from opbench import frameworks
+from opbench.harness import openmp
 
 MAPS = """\
 7f0000000000-7f0000001000 r-xp 00000000 fd:01 42 /venv/site-packages/torch/lib/libgomp.so.1
@@ -59,10 +60,11 @@ def test_run_order_keeps_others_first_and_mxnet_last():
 def test_each_declared_runtime_is_what_the_framework_maps(framework):
     """The declaration checked against the process: importing the framework alone maps its runtime."""
     try:
-        backends.load(framework)
-    except backends.Unavailable as exc:
+        frameworks.load(framework)
+    except frameworks.Unavailable as exc:
         pytest.skip(str(exc))
-    code = (f"from opbench import backends, openmp; backends.load({framework!r}); "
+    code = (f"from opbench import frameworks; from opbench.harness import openmp; "
+            f"frameworks.load({framework!r}); "
             f"print(openmp.loaded(openmp.RUNTIMES[{framework!r}]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert "libgomp" in out.stdout.strip().splitlines()[-1], out.stdout + out.stderr

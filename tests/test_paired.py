@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opbench.gate import paired_results
-from opbench.gate import paired_stats as ps
-from opbench.gate.pairs import PairedGate, Plan, Record, Side
-from opbench.processes import WorkerDied, WorkerHung, WorkerProcess
+from opbench.core.processes import WorkerDied, WorkerHung, WorkerProcess
+from opbench.regression import decisions
+from opbench.regression import intervals as ps
+from opbench.regression.coordinator import PairedGate, Plan, Record, Side
 from opbench.results.stats import Rule, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +228,7 @@ def test_each_side_observes_its_threads_alone_before_both_prepare(tmp_path):
 
 def test_aa_with_fake_workers_is_unchanged_everywhere_and_leaves_no_worker_running(tmp_path):
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {}})
-    result = paired_results.comparison(gate)
+    result = decisions.comparison(gate)
     assert [r.verdict for r in result.rows] == ["unchanged"] * 3 and not result.failed
     assert gate.pairs_started == 1 + 8 and all(w.closed for w in FakeWorker.started)
     # the first pair describes the environments (importing every framework) and times nothing
@@ -242,7 +242,7 @@ def test_aa_with_fake_workers_is_unchanged_everywhere_and_leaves_no_worker_runni
 
 def test_a_slower_candidate_is_screened_then_confirmed_on_fresh_pairs(tmp_path):
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}})
-    result = paired_results.comparison(gate)
+    result = decisions.comparison(gate)
     verdicts = {r.fullname: r.verdict for r in result.rows}
     assert verdicts[IDS[1]] == "regression" and result.failed
     assert verdicts[IDS[0]] == verdicts[IDS[2]] == "unchanged"
@@ -297,27 +297,27 @@ def test_the_screen_leaves_the_confirmation_its_minimum(tmp_path):
 
 def test_a_benchmark_collected_on_one_side_only(tmp_path):
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {"ids": IDS[:2]}})
-    result = paired_results.comparison(gate)
+    result = decisions.comparison(gate)
     assert result.failed and len(result.missing) == 1 and result.missing[0].startswith(IDS[2])
     gate = run_fake(tmp_path, {"baseline": {"ids": IDS[:2]}, "candidate": {}})
-    result = paired_results.comparison(gate)
+    result = decisions.comparison(gate)
     assert not result.failed and len(result.new) == 1
 
 
 def test_a_failed_check_on_one_side_fails_that_benchmark_and_the_gate(tmp_path):
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {"outcomes": {IDS[0]: "failed"}}})
-    result = paired_results.comparison(gate)
+    result = decisions.comparison(gate)
     assert result.failed and "failed on the candidate" in result.broken[0]
     assert len(result.rows) == 2
     skipped = run_fake(tmp_path, {"baseline": {"outcomes": {IDS[0]: "skipped"}},
                                   "candidate": {"outcomes": {IDS[0]: "skipped"}}})
-    assert not paired_results.comparison(skipped).failed
+    assert not decisions.comparison(skipped).failed
 
 
 @pytest.mark.parametrize("fault", ["die", "hang"])
 def test_a_crashing_or_hanging_worker_fails_its_benchmark_and_a_fresh_pair_goes_on(tmp_path, fault):
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {fault: {IDS[1]}}})
-    result = paired_results.comparison(gate)
+    result = decisions.comparison(gate)
     assert result.failed and len(result.broken) == 1 and result.broken[0].startswith(IDS[1])
     assert {r.fullname for r in result.rows} == {IDS[0], IDS[2]}
     assert all(len(gate.records[i].trials) == 32 for i in (IDS[0], IDS[2]))  # nothing lost after the fault
@@ -366,7 +366,7 @@ def test_saved_sides_are_pytest_benchmark_documents_that_compare_reads(tmp_path)
     from opbench.results.store import load_run
 
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {}})
-    paths = paired_results.save(gate, tmp_path)
+    paths = decisions.save(gate, tmp_path)
     base, cand = load_run(paths["baseline"]), load_run(paths["candidate"])
     assert set(base.benchmarks) == set(cand.benchmarks) == set(IDS)
     assert base.benchmarks[IDS[0]].rounds == 32
@@ -413,7 +413,7 @@ def test_a_dying_worker_reports_its_last_words(tmp_path):
 
 
 def test_the_real_worker_answers_the_protocol(tmp_path):
-    w = WorkerProcess("baseline", [sys.executable, "-m", "opbench.gate.worker"], dict(os.environ),
+    w = WorkerProcess("baseline", [sys.executable, "-m", "opbench.regression.worker"], dict(os.environ),
                       tmp_path / "w.log")
     try:
         ids = w.ask({"cmd": "collect", "args": [str(ROOT / "benchmarks/ops/test_activations.py"), "-m",
@@ -437,7 +437,7 @@ def test_a_released_benchmark_is_collected_and_the_survivors_frozen():
     import gc
     import weakref
 
-    from opbench.gate.worker import Worker
+    from opbench.regression.worker import Worker
 
     class Node:
         pass

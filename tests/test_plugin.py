@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from opbench import backends, config
+from opbench import frameworks as backends
+from opbench.harness import config
 
 BENCH = """
 import pytest
-from opbench.measure import measure
+from opbench.suites.measure import measure
 
 @pytest.mark.opbench(op="gemm")
 def test_gemm(op_case, benchmark):
@@ -136,8 +137,8 @@ def test_compare_shows_side_by_side_and_verdicts(suite):
 
 
 def test_inference_runs_at_batch_1_beside_the_models_batch_and_training_at_its_batch_only():
-    from opbench.config import Settings
-    from opbench.plugin import model_cases
+    from opbench.harness.config import Settings
+    from opbench.pytest_plugin import model_cases
 
     settings = Settings(frameworks=("torch",), modes=("eager",))
     inference = [c.id for c in model_cases(settings, "inference") if c.name == "mlp"]
@@ -149,7 +150,7 @@ def test_inference_runs_at_batch_1_beside_the_models_batch_and_training_at_its_b
 def test_data_dir_errors_are_one_line(pytester: pytest.Pytester, tmp_path):
     pytest.importorskip("torch")  # its MLP reads the data; the legacy line has no PyTorch
     pytester.makepyfile(test_e2e="""
-from opbench.measure import measure
+from opbench.suites.measure import measure
 
 def test_inference(model_case, benchmark):
     measure(benchmark, model_case)
@@ -172,7 +173,7 @@ def test_a_session_without_opbench_benchmarks_pays_nothing(pytester):
         import sys
 
         def test_unrelated():
-            from opbench import backends
+            from opbench import frameworks as backends
 
             assert not (set(backends.PACKAGES.values()) - {"numpy"}) & set(sys.modules)
     """)
@@ -203,7 +204,7 @@ def test_warmup_is_on_by_default_in_opbench_sessions(suite):
 
 
 def test_frameworks_sharing_an_openmp_runtime_run_apart_mxnet_last(suite):
-    """torch and MXNet share libgomp (opbench.openmp): their benchmarks are not interleaved."""
+    """torch and MXNet share libgomp (opbench.harness.openmp): their benchmarks are not interleaved."""
     result = suite.runpytest("--framework", "numpy,torch,mxnet", "-m", "gemm and not backward", "--collect-only", "-q")
     frameworks = [line.split("[")[1].split("-")[0] for line in result.stdout.lines if "::" in line]
     assert frameworks, result.stdout.str()

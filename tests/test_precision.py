@@ -9,13 +9,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from opbench import backends, execute
-from opbench.cases import Case
-from opbench.config import ConfigError, Settings, resolve
-from opbench.e2e import CorrectnessError, check_low_precision, prepare_model
-from opbench.models import catalogue, datasets, precision, reference
-from opbench.models.spec import init_params
-from opbench.plugin import model_cases
+from opbench import frameworks as backends
+from opbench.core.case import Case
+from opbench.harness.config import ConfigError, Settings, resolve
+from opbench.pytest_plugin import model_cases
+from opbench.suites.models.equivalence import CorrectnessError, check_low_precision, prepare_model
+from opbench.suites.ops import prepare
+from opbench.workloads.models import catalogue, datasets, precision, reference
+from opbench.workloads.models.spec import init_params
 from tests.helpers import load_or_skip
 from tests.test_models import SMALL, model_case
 
@@ -79,9 +80,9 @@ def test_the_low_precision_check_tells_bfloat16_from_float32():
 
 def test_mxnet_amp_is_a_skip_with_its_reason():
     load_or_skip("mxnet")
-    case = Case("model", "mlp", "e2e", "training", "mxnet", "cpu", "eager", "amp", "mlp-b128", (("batch", 128),))
+    case = Case.model("mlp", "training", "mxnet", 128, precision="amp")
     with pytest.raises(backends.Unavailable, match="does not compute in bfloat16"):
-        execute.require(case)
+        prepare.require(case)
     assert "patches every operator of the process" in backends.load("mxnet").amp_unavailable("gpu")
 
 
@@ -94,7 +95,7 @@ def test_every_layer_kind_passes_the_amp_gate(framework, direction, monkeypatch)
     monkeypatch.setitem(catalogue.MODELS, "bn-zoo", SMALL["bn-zoo"])
     case = dataclasses.replace(model_case(framework, "bn-zoo", direction, batch=4), dtype="amp")
     try:
-        execute.require(case)
+        prepare.require(case)
     except backends.Unavailable as exc:
         pytest.skip(str(exc))
     prepared = prepare_model(case, backend)

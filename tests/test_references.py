@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opbench import ops
-from opbench.ops import activations, conv, pooling
+from opbench.workloads import ops
+from opbench.workloads.ops import activations, conv, pooling
 
 DIFFERENTIABLE = [name for name, spec in ops.REGISTRY.items() if spec.differentiable]
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from opbench import cli
-from opbench.files import write_json_atomic, write_text_atomic
-from opbench.gate import envs
-from opbench.gate import process as upgrade
+from opbench.core.files import write_json_atomic, write_text_atomic
+from opbench.regression import envs
+from opbench.regression import process as upgrade
 from opbench.results.store import load_run
 
 from .helpers import bench, document, gemm_runs, write
@@ -192,8 +192,8 @@ def _idx(array: np.ndarray) -> bytes:
 
 @pytest.mark.parametrize("case", ["truncated header", "corrupt gzip", "too few labels", "label out of range"])
 def test_malformed_data_files_are_one_line_data_errors(tmp_path, case):
-    from opbench.models import catalogue, datasets
-    from opbench.models.datasets import DataError
+    from opbench.workloads.models import catalogue, datasets
+    from opbench.workloads.models.datasets import DataError
 
     images = _idx(np.zeros((8, 28, 28), np.uint8))
     labels = _idx(np.arange(8, dtype=np.uint8) % 10)
@@ -248,7 +248,7 @@ def test_bootstrap_quantiles_match_the_full_ratio_table(k):
 INTERRUPTING = """
 import os
 import pytest
-from opbench.measure import measure
+from opbench.suites.measure import measure
 
 @pytest.mark.opbench(op="gemm")
 def test_gemm(op_case, benchmark):
@@ -282,7 +282,7 @@ def test_ctrl_c_saves_what_finished_and_marks_the_run(pytester):
 
 
 def test_a_roofline_failure_leaves_no_timing(pytester):
-    pytester.makepyfile(test_bench="import pytest\nfrom opbench.measure import measure\n\n"
+    pytester.makepyfile(test_bench="import pytest\nfrom opbench.suites.measure import measure\n\n"
                                    "@pytest.mark.opbench(op='gemm')\n"
                                    "def test_gemm(op_case, benchmark):\n    measure(benchmark, op_case)\n")
     out = pytester.path / "run.json"
@@ -322,7 +322,7 @@ def test_numeric_settings_are_range_checked(pytester, monkeypatch, args, env, me
 SWEEP_BENCH = """
 import os, time
 import pytest
-from opbench.measure import measure
+from opbench.suites.measure import measure
 
 @pytest.mark.opbench(op="relu")
 def test_relu(op_case, benchmark):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from opbench.roofline import (
+from opbench.harness.roofline import (
     GENEROUS_CPU_HZ,
     KNOWN_GPUS,
     Ceiling,
@@ -163,7 +163,7 @@ def test_the_guard_message_carries_the_derivation_and_fast_algorithms_get_their_
 
 
 def test_a_given_peak_overrides_and_numpy_never_sets_the_ceiling(monkeypatch):
-    from opbench import session
+    from opbench.harness import session
 
     monkeypatch.setattr(session, "numpy_gemm_gflops", lambda threads: pytest.fail("a ceiling measured NumPy"))
     derived = Roofline(None, 1.5, 2, cpu=facts(XEON_SPR))

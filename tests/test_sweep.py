@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from opbench import sweep
-from opbench.files import write_json_atomic
+from opbench.core.files import write_json_atomic
+from opbench.harness import sweep
 
 
 def test_child_args_replace_saving_and_threads():
@@ -47,7 +47,7 @@ def test_next_number(tmp_path):
 def test_sweep_end_to_end(pytester: pytest.Pytester):
     pytester.makepyfile(test_b="""
 import pytest
-from opbench.measure import measure
+from opbench.suites.measure import measure
 
 @pytest.mark.opbench(op="relu")
 def test_relu(op_case, benchmark):

@@ -42,7 +42,7 @@ HLO = """
 
 
 def test_the_product_types_of_an_hlo_module():
-    from opbench.backends.base import hlo_product_types
+    from opbench.frameworks.base import hlo_product_types
 
     assert hlo_product_types(HLO) == "bfloat16,float32"
     assert hlo_product_types("%add = bf16[64]{0} add(%x, %y)") is None
@@ -52,14 +52,15 @@ def test_the_product_types_of_an_hlo_module():
 def test_a_16_bit_gemm_records_the_type_its_product_ran_in(framework, mode):
     """XLA on a CPU converts bfloat16 operands to float32 around its dot (measured on Zen 4 and
     in TensorFlow XLA alike): the saved result says what the compiled program computes in."""
-    from opbench import execute
-    from opbench.cases import Case
+    from opbench.core.case import Case
+    from opbench.suites.ops import prepare
+    from opbench.workloads import ops
 
     backend = load_or_skip(framework)
     for dtype in ("bfloat16", "float32"):
-        case = Case("op", "gemm", "linalg", "forward", framework, "cpu", mode, dtype, "64x64x64",
-                    (("k", 64), ("m", 64), ("n", 64)))
-        extra = execute.prepare(case, backend).extra
+        case = Case.operator(ops.get("gemm"), "forward", framework, mode=mode, dtype=dtype,
+                             params={"k": 64, "m": 64, "n": 64})
+        extra = prepare.prepare(case, backend).extra
         if dtype == "float32":
             assert "computed_in" not in extra  # only 16-bit labels are in question
         else:

@@ -1,7 +1,7 @@
 """End-to-end workloads: one training step (forward, loss, backward, update) or one inference
 forward pass per timed call, for every model of the catalogue, after the equivalence gate."""
 
-from opbench.measure import measure
+from opbench.suites.measure import measure
 
 
 def test_training(model_case, benchmark):

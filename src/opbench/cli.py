@@ -1,7 +1,7 @@
 """The `opbench` command: report and compare saved runs, and gate framework upgrades.
 
 report and compare read saved pytest-benchmark runs (opbench.results); upgrade-check and ab run
-two environments and judge them (opbench.gate). This module parses arguments and dispatches.
+two environments and judge them (opbench.regression). This module parses arguments and dispatches.
 
 Exit codes: 0 clean, 1 regression or missing benchmark, 2 usage or input error (one line on
 stderr, never a traceback).
@@ -16,10 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from opbench.config import ConfigError, parse_count, parse_number
-from opbench.files import NotWritable, writable_file, writable_folder
-from opbench.gate.process import DEFAULT_RUNS
-from opbench.processes import WorkerFailure
+from opbench.core.files import NotWritable, writable_file, writable_folder
+from opbench.core.processes import WorkerFailure
+from opbench.harness.config import ConfigError, parse_count, parse_number
+from opbench.regression.process import DEFAULT_RUNS
 from opbench.results.compare import STATISTICS
 from opbench.results.stats import CONFIDENCE
 from opbench.results.store import DEFAULT_STORAGE, ResultsError, resolve
@@ -85,7 +85,7 @@ def _workdir(args) -> Path:
 
 
 def cmd_upgrade_check(args) -> int:
-    from opbench.gate import envs, process
+    from opbench.regression import envs, process
     from opbench.results.store import load_run
 
     if args.design == "paired" and args.runs is not None:
@@ -112,8 +112,8 @@ def cmd_ab(args) -> int:
 
 def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) -> int:
     """Run the paired gate between two interpreters and print the comparison (exit 0/1)."""
-    from opbench.gate import paired
-    from opbench.gate.pairs import Plan
+    from opbench.regression import paired
+    from opbench.regression.coordinator import Plan
     from opbench.results.compare import format_text, rule_for
 
     default, rules = _rules(args)
@@ -129,7 +129,7 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
 
 
 def _paired_options(p: argparse.ArgumentParser) -> None:
-    from opbench.gate.pairs import Plan
+    from opbench.regression.coordinator import Plan
 
     p.add_argument("--budget", type=_positive, metavar="MINUTES",
                    help="time for both stages: undecided benchmarks get more worker pairs while the rest "

@@ -7,5 +7,5 @@
 - tables: the text formatting all of them share.
 
 What runs benchmarks is the harness (plugin, measure, execute, e2e over ops, models and backends),
-opbench.distributed, and opbench.gate, which runs two environments and judges them.
+opbench.suites.distributed, and opbench.regression, which runs two environments and judges them.
 """

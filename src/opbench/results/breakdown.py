@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opbench.core.schema import FAMILY_NAMES as FAMILIES
 from opbench.results.store import Run
 from opbench.results.tables import fmt_time, table
 
-# opbench.breakdown.taxonomy.FAMILIES, in report order (the results layer imports no harness)
-FAMILIES = ("conv", "dense", "recurrent", "activation", "pooling", "normalization", "copy", "loss", "update",
-            "fused", "other", "unattributed")
 OTHER_NAMES = 6  # "other" operators named per row
 
 

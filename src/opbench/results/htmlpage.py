@@ -7,7 +7,7 @@ import html
 import tempfile
 from pathlib import Path
 
-from opbench.files import write_text_atomic
+from opbench.core.files import write_text_atomic
 from opbench.results import plots, report
 from opbench.results.store import Run
 

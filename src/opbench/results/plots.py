@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from opbench.files import replace_atomic
+from opbench.core.files import replace_atomic
 from opbench.results.breakdown import FAMILIES
 from opbench.results.breakdown import found as profiled
 from opbench.results.convergence import found as converged

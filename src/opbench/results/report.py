@@ -11,7 +11,7 @@ from opbench.results import breakdown, convergence, scaling
 from opbench.results.store import Bench, Run
 from opbench.results.tables import fmt_time, table
 
-# the percentiles opbench.measure records for inference (kept in step by tests/test_cli.py)
+# the percentiles opbench.suites.measure records for inference (kept in step by tests/test_cli.py)
 LATENCY_PERCENTILES = (50, 90, 99)
 
 

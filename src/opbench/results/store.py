@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opbench.core import schema
+
 DEFAULT_STORAGE = ".benchmarks"
 
 
@@ -61,13 +63,14 @@ class Bench:
         """What was measured, from extra_info; None for a result that is not opbench's. Runs saved
         before the fields existed have them parsed from the group, here and nowhere else."""
         e = self.extra
-        if "direction" in e and ("op" in e or "model" in e):
-            return Identity(e.get("op") or e["model"], "op" if "op" in e else "model", e["direction"],
-                            e.get("device", ""), e.get("dtype", ""), str(e.get("shape", "")))
+        said = schema.subject(e)
+        if "direction" in e and said:
+            return Identity(said[1], said[0], e["direction"], e.get("device", ""), e.get("dtype", ""),
+                            str(e.get("shape", "")))
         m = _OLD_GROUP.match(self.group) if "framework" in e else None
         if m is None:
             return None
-        kind = "model" if m["direction"] in ("training", "inference") else "op"
+        kind = "model" if m["direction"] in schema.MODEL_DIRECTIONS else "op"
         return Identity(m["subject"], kind, m["direction"], m["device"], m["dtype"], m["size"])
 
     @property

@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from opbench.harness import timing
+
 ENV = "OPBENCH_INJECT_SLOWDOWN"
 PLUGIN = __name__  # load it with `pytest -p opbench.testing.inject`
 ROUND_S = 0.002  # a round of calls holds at least this much work, as in the paired gate
@@ -87,15 +89,7 @@ def scaled(call: Callable[[], Any], fraction: float, overhead: float,
 def per_call(call: Callable[[], Any], loops: int, rounds: int = ROUNDS, seconds: float = ESTIMATE_S) -> float:
     """The fastest round's time per call over `rounds` rounds of `loops` calls (fewer, down to
     MIN_ROUNDS, once `seconds` have passed)."""
-    best, end = float("inf"), time.perf_counter() + seconds
-    for done in range(rounds):
-        if done >= MIN_ROUNDS and time.perf_counter() > end:
-            break
-        start = time.perf_counter()
-        for _ in range(loops):
-            call()
-        best = min(best, (time.perf_counter() - start) / loops)
-    return best
+    return min(timing.rounds(call, loops, min(MIN_ROUNDS, rounds), rounds, seconds))
 
 
 def loops_for(call: Callable[[], Any]) -> int:
@@ -183,13 +177,13 @@ def recorded(injection: Injection | None) -> dict:
 
 
 def wrap(prepared) -> dict:
-    """The session's call wrapper (opbench.session.CallWrapper): inject, and say what was injected."""
+    """The session's call wrapper (opbench.harness.session.CallWrapper): inject, and say what was injected."""
     return recorded(inject_slowdown(prepared))
 
 
 @pytest.hookimpl(trylast=True)  # after opbench's own pytest_configure made the session
 def pytest_configure(config: pytest.Config) -> None:
-    from opbench.plugin import STATE
+    from opbench.pytest_plugin import STATE
 
     session = config.stash.get(STATE, None)
     if session is not None and fraction() > 0:

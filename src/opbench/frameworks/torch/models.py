@@ -1,0 +1,205 @@
+"""PyTorch model builder: torch.nn modules from a ModelSpec. Imports only torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from opbench.workloads.models import precision
+from opbench.workloads.models.native import NativeModel, out_in_slots
+from opbench.workloads.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Optimizer,
+    Pool2D,
+    Residual,
+    output_shape,
+)
+
+
+class _Residual(nn.Module):
+    def __init__(self, body: nn.Module, shortcut: nn.Module | None, relu: bool) -> None:
+        super().__init__()
+        self.body, self.shortcut, self.relu = body, shortcut, relu
+
+    def forward(self, x):
+        y = self.body(x) + self.shortcut(x) if self.shortcut is not None else self.body(x)
+        return F.relu(y) if self.relu else y
+
+
+class _LastStep(nn.Module):
+    """nn.LSTM's output -> the last hidden state (N, H)."""
+
+    def forward(self, out):
+        return out[0][:, -1]
+
+
+class _FrozenBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """A batch norm (any rank) that stays in inference behaviour whatever the module's mode."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.train(False)
+
+    def _check_input_dim(self, x) -> None:
+        pass
+
+    def train(self, mode: bool = True):
+        return super().train(False)
+
+
+def _module(layer, shape, path: str, leaves: dict) -> nn.Module:
+    """One spec layer as torch.nn modules; every parameterised module is recorded in `leaves` under
+    its path."""
+    if isinstance(layer, Residual):
+        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, shape, f"{path}.s", leaves)
+        return _Residual(_sequence(layer.body, shape, f"{path}.", leaves), shortcut, layer.activation == "relu")
+    if isinstance(layer, Dense):
+        mod = nn.Linear(int(np.prod(shape)), layer.units)
+    elif isinstance(layer, Conv2D):
+        mod = nn.Conv2d(shape[0], layer.filters, layer.kernel, layer.stride, layer.pad, bias=layer.bias)
+    elif isinstance(layer, BatchNorm):
+        kind = _FrozenBatchNorm if layer.frozen else nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d
+        mod = kind(shape[0], eps=layer.eps, momentum=1 - layer.momentum)  # PyTorch's momentum is the new share
+        mod.requires_grad_(not layer.frozen)
+    elif isinstance(layer, Pool2D):
+        mod = (nn.MaxPool2d if layer.kind == "max" else nn.AvgPool2d)(layer.size, layer.stride)
+    elif isinstance(layer, GlobalAvgPool):
+        mod = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    elif isinstance(layer, Flatten):
+        mod = nn.Flatten()
+    elif isinstance(layer, LSTM):
+        mod = nn.Sequential(nn.LSTM(shape[-1], layer.units, batch_first=True), _LastStep())
+    leaves[path] = mod[0] if isinstance(layer, LSTM) else mod
+    return nn.Sequential(mod, nn.ReLU()) if getattr(layer, "activation", None) == "relu" else mod
+
+
+def _sequence(layers: tuple, shape: tuple, prefix: str, leaves: dict) -> nn.Sequential:
+    mods = []
+    for i, layer in enumerate(layers):
+        mods.append(_module(layer, shape, f"{prefix}{i}", leaves))
+        shape = output_shape(layer, shape)
+    return nn.Sequential(*mods)
+
+
+def torch_optimizer(params, optimizer: Optimizer) -> torch.optim.Optimizer:
+    """The spec's optimizer over `params`, fresh (no state)."""
+    params = list(params)
+    if optimizer.name == "sgd":
+        return torch.optim.SGD(params, lr=optimizer.lr)
+    return torch.optim.Adam(params, lr=optimizer.lr, betas=(optimizer.beta1, optimizer.beta2), eps=optimizer.eps)
+
+
+class TorchModel(NativeModel):
+    """`amp`: the low-precision type of torch.autocast (mixed precision), None for float32. Under
+    float16 a GradScaler scales the loss (precision.LOSS_SCALE to start, dynamic after)."""
+
+    lstm_biases = 2
+    unbiased_var = True  # nn.BatchNorm moves running_var with the unbiased batch variance
+
+    def __init__(self, spec, params, device, dtype, mode, torch_dtype, torch_device, compile_fn, amp=None):
+        super().__init__(spec, device, dtype, mode)
+        self._dev, self._dtype, self._amp = torch_device, torch_dtype, amp
+        self._leaves: dict[str, nn.Module] = {}
+        self.net = _sequence(spec.layers, spec.input_shape, "", self._leaves).to(device=torch_device, dtype=torch_dtype)
+        self.set_params(params)
+        self._forward = compile_fn(self._logits)
+        self._loss = compile_fn(lambda x, y: F.cross_entropy(self._logits(x).float(), y))
+
+    def _logits(self, x):
+        with torch.autocast(torch.device(self._dev).type, self._amp, enabled=self._amp is not None):
+            return self.net(x)
+
+    def product_dtypes(self, x, y):
+        """Forward hooks on the product layers over one inference pass of the uncompiled forward,
+        under the model's own autocast (a compiled graph does not call hooks): the type each
+        layer's output came out in."""
+        seen: dict[str, str] = {}
+
+        def record(path):
+            def hook(module, args, out):
+                out = out[0] if isinstance(out, tuple) else out
+                seen[path] = precision.dtype_name(out.dtype)
+
+            return hook
+
+        hooks = [self._leaves[path].register_forward_hook(record(path)) for path in self.compute_layers()]
+        training = self.net.training
+        try:
+            self._mode(False)  # inference: batch norm's running statistics stay as they are
+            with torch.no_grad():
+                self._logits(x)
+        finally:
+            for h in hooks:
+                h.remove()
+            self._mode(training)
+        seen["weights"] = ",".join(sorted({precision.dtype_name(p.dtype) for p in self.net.parameters()}))
+        return seen
+
+    def _scaler(self) -> torch.amp.GradScaler | None:
+        if self._amp != torch.float16:
+            return None
+        return torch.amp.GradScaler(torch.device(self._dev).type, init_scale=precision.LOSS_SCALE)
+
+    def _mode(self, training: bool) -> None:
+        """Training or inference behaviour (batch norm), switched only when it changes."""
+        if self.net.training != training:
+            self.net.train(training)
+
+    def inputs(self, x, y):
+        tx = torch.from_numpy(np.require(x, requirements="C")).to(device=self._dev, dtype=self._dtype)
+        return tx, torch.from_numpy(y.astype(np.int64)).to(self._dev)
+
+    def infer(self, x):
+        def call():
+            self._mode(False)
+            with torch.no_grad():
+                return self._forward(x)
+
+        return call
+
+    def trainer(self, optimizer: Optimizer):
+        opt = torch_optimizer((p for p in self.net.parameters() if p.requires_grad), optimizer)
+        scaler = self._scaler()
+
+        def call(x, y):
+            self._mode(True)
+            opt.zero_grad(set_to_none=True)
+            loss = self._loss(x, y)
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            return loss.detach()
+
+        return call
+
+    def _slots(self):
+        def handles(path):
+            mod = self._leaves[path]
+            if isinstance(mod, nn.LSTM):
+                return mod.weight_ih_l0, mod.weight_hh_l0, mod.bias_ih_l0, mod.bias_hh_l0
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                return mod.weight, mod.bias, mod.running_mean, mod.running_var
+            return mod.weight, mod.bias
+
+        return out_in_slots(self.spec, handles)
+
+    def _read(self, handle):
+        return handle.detach().float().cpu().numpy()
+
+    def _write(self, handle, value):
+        with torch.no_grad():
+            handle.copy_(torch.from_numpy(value))
+
+    def peak_memory(self):
+        return torch.cuda.max_memory_allocated() if self.device == "gpu" else None

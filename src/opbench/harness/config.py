@@ -1,0 +1,215 @@
+"""One source of settings: command-line option > OPBENCH_* environment variable > default.
+
+Every name a user can type is validated here, so an unknown framework, device, mode, dtype or
+profile is one usage error that lists the valid names.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from opbench import frameworks as backends
+from opbench.workloads.models.precision import PRECISIONS
+
+# Every name below that concerns frameworks derives from the backends' declarations.
+FRAMEWORKS = tuple(backends.declared())
+DEVICES = ("cpu", "gpu")
+DTYPES = ("float32", "float16", "bfloat16")
+PROFILES = ("quick", "full")
+MALLOC_MODES = ("steady", "default")
+BREAKDOWNS = ("off", "profile", "predict")
+# The execution modes of each framework; known without importing any of them.
+FRAMEWORK_MODES = {name: f.modes for name, f in backends.declared().items()}
+MODES = tuple(dict.fromkeys(m for modes in FRAMEWORK_MODES.values() for m in modes))
+
+
+class ConfigError(ValueError):
+    """A setting a user gave is not valid; the message is one line for the terminal."""
+
+
+def default_threads() -> int:
+    """All cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def parse_names(value: str, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """Split a comma list and check every name against `valid`; 'all' means every valid name."""
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if not names:
+        raise ConfigError(f"empty {what} list; valid: {', '.join(valid)}")
+    if names == ("all",):
+        return valid
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise ConfigError(f"unknown {what} {', '.join(map(repr, unknown))}; valid: {', '.join(valid)}")
+    return names
+
+
+def parse_one(value: str, valid: tuple[str, ...], what: str) -> str:
+    """A single name from `valid`."""
+    names = parse_names(value, valid, what)
+    if len(names) != 1:
+        raise ConfigError(f"one {what} at a time, got {value!r}; valid: {', '.join(valid)}")
+    return names[0]
+
+
+THREADS_PER_CORE_LIMIT = 4  # more threads than this many per core is a typo, not a setting
+
+
+def parse_threads(value: str, what: str = "--threads") -> tuple[int, ...]:
+    """A thread count, or a comma list of counts for a sweep: each at least 1 and at most
+    THREADS_PER_CORE_LIMIT x the cores (more than the cores draws a warning: oversubscribed)."""
+    try:
+        counts = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise ConfigError(f"{what} takes whole numbers, got {value!r}") from None
+    cores = default_threads()
+    if not counts or any(not 1 <= c <= THREADS_PER_CORE_LIMIT * cores for c in counts):
+        raise ConfigError(f"{what} takes counts from 1 to {THREADS_PER_CORE_LIMIT * cores} "
+                          f"({THREADS_PER_CORE_LIMIT} x the {cores} cores), got {value!r}")
+    if max(counts) > cores:
+        import warnings
+
+        warnings.warn(f"{what}={value}: more threads than the {cores} cores this process may use; "
+                      "timings will include oversubscription", stacklevel=2)
+    return counts
+
+
+def _refuse(what: str, message: str) -> ConfigError:
+    return ConfigError(f"{what}: {message}" if what else message)
+
+
+def parse_number(value: str, what: str = "", *, above: float | None = None, below: float | None = None,
+                 at_least: float | None = None) -> float:
+    """A finite number within the bounds given (a trailing % is allowed: options in percent).
+    NaN, infinities and values out of range are refused with one line naming `what`."""
+    try:
+        number = float(value.strip().removesuffix("%"))
+    except ValueError:
+        raise _refuse(what, f"expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise _refuse(what, f"expected a finite number, got {value!r}")
+    if above is not None and below is not None and not above < number < below:
+        raise _refuse(what, f"expected a number between {above:g} and {below:g} (both excluded), got {value!r}")
+    if above is not None and number <= above:
+        raise _refuse(what, f"expected a number above {above:g}, got {value!r}")
+    if at_least is not None and number < at_least:
+        raise _refuse(what, f"expected a number of {at_least:g} or more, got {value!r}")
+    return number
+
+
+def parse_count(value: str, what: str = "", at_least: int = 1) -> int:
+    """A whole number of at least `at_least`."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise _refuse(what, f"expected a whole number, got {value!r}") from None
+    if count < at_least:
+        raise _refuse(what, f"expected at least {at_least}, got {value!r}")
+    return count
+
+
+@dataclass(frozen=True)
+class Option:
+    """One opbench setting: its flag, environment variable, default and help."""
+
+    name: str
+    default: str
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "OPBENCH_" + self.name.upper()
+
+
+OPTIONS = (
+    Option("framework", "all", f"comma list of {', '.join(FRAMEWORKS)} (or all)"),
+    Option("device", "cpu", f"comma list of {', '.join(DEVICES)}"),
+    Option("mode", "all", f"comma list of {', '.join(MODES)} (or all: every mode of each framework)"),
+    Option("threads", str(default_threads()), "intra-op threads per framework (comma list: one process per count)"),
+    Option("dtype", "float32", f"operators' dtypes: comma list of {', '.join(DTYPES)}"),
+    Option("precision", "float32", f"models' precision: comma list of {', '.join(PRECISIONS)} (amp: mixed "
+           "precision, bfloat16 on a CPU, float16 with loss scaling on a GPU)"),
+    Option("profile", "quick", f"problem sizes: {', '.join(PROFILES)}"),
+    Option("peak_gflops", "derive", "roofline ceiling in GFLOP/s ('derive': from the hardware, per device and dtype: "
+           "cores x SIMD lanes x FMA units x 2 x maximum clock)"),
+    Option("roofline_slack", "1.5", "a result above the ceiling x slack fails as implausible"),
+    Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
+    Option("workers", ",".join(str(w) for w in (1, 2) if w <= default_threads()),
+           "data-parallel workers per node for benchmarks/distributed (comma list), one core and one "
+           "intra-op thread each"),
+    Option("dist_timeout", "300", "seconds a distributed worker may take to answer one request (a training "
+           "step, the gate) before it counts as hung"),
+    Option("breakdown", "off", "after a model's timed rounds, a separate profiled pass: off, profile (each "
+           "framework's profiler: time per operator family, phase and operator) or predict (and the operator "
+           "suite timed at the model's own layer shapes)"),
+    Option("malloc", "default", "CPU allocator: default (glibc's own thresholds) or steady (freed memory stays in "
+           "the heap: no page faults per call)"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings for one pytest session."""
+
+    frameworks: tuple[str, ...] = FRAMEWORKS
+    devices: tuple[str, ...] = ("cpu",)
+    modes: tuple[str, ...] = MODES
+    threads: tuple[int, ...] = (default_threads(),)
+    dtypes: tuple[str, ...] = ("float32",)
+    precisions: tuple[str, ...] = ("float32",)
+    profile: str = "quick"
+    peak_gflops: float | None = None
+    roofline_slack: float = 1.5
+    data_dir: str = ""
+    malloc: str = "default"
+    breakdown: str = "off"
+    workers: tuple[int, ...] = (1, 2)
+    dist_timeout: float = 300.0
+
+    def framework_modes(self, framework: str) -> tuple[str, ...]:
+        """The selected modes that `framework` has."""
+        return tuple(m for m in FRAMEWORK_MODES[framework] if m in self.modes)
+
+
+def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -> Settings:
+    """Build Settings from option values (None = not given), falling back to OPBENCH_* and defaults."""
+    environ = os.environ if environ is None else environ
+    values, sources = {}, {}
+    for opt in OPTIONS:
+        given = raw.get(opt.name)
+        if given is not None:
+            values[opt.name], sources[opt.name] = given, opt.flag
+        elif opt.env in environ:
+            values[opt.name], sources[opt.name] = environ[opt.env], f"{opt.flag} (from {opt.env})"
+        else:
+            values[opt.name], sources[opt.name] = opt.default, opt.flag
+    peak = values["peak_gflops"]
+    if values["data_dir"] and not os.path.isdir(values["data_dir"]):
+        raise ConfigError(f"{sources['data_dir']} {values['data_dir']!r} is not a folder")
+    return Settings(
+        frameworks=parse_names(values["framework"], FRAMEWORKS, "framework"),
+        devices=parse_names(values["device"], DEVICES, "device"),
+        modes=parse_names(values["mode"], MODES, "mode"),
+        threads=parse_threads(values["threads"], sources["threads"]),
+        dtypes=parse_names(values["dtype"], DTYPES, "dtype"),
+        precisions=parse_names(values["precision"], PRECISIONS, "precision"),
+        profile=parse_one(values["profile"], PROFILES, "profile"),
+        # "measure" (NumPy's GEMM, before the ceiling was derived) is read as "derive"
+        peak_gflops=None if peak in ("derive", "measure") else parse_number(peak, sources["peak_gflops"], above=0),
+        roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1),
+        data_dir=values["data_dir"],
+        malloc=parse_one(values["malloc"], MALLOC_MODES, "malloc"),
+        breakdown=parse_one(values["breakdown"], BREAKDOWNS, "breakdown"),
+        workers=parse_threads(values["workers"], sources["workers"]),
+        dist_timeout=parse_number(values["dist_timeout"], sources["dist_timeout"], above=0),
+    )

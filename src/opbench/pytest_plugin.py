@@ -1,0 +1,361 @@
+"""The pytest plugin: options, markers, parametrisation, skips with reasons, report header.
+
+Benchmarks ask for the `op_case` (or `model_case`) fixture; this plugin expands the options into
+Cases, one test item each, with ids like `torch-cpu-eager-float32-1024x1024x1024` and markers for
+framework, device, mode, operator, family and direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from opbench import frameworks
+from opbench.core.case import Case
+from opbench.core.schema import DIRECTIONS
+from opbench.frameworks.base import Backend, NotCompiled, Unavailable
+from opbench.harness import config as cfg
+from opbench.harness.config import ConfigError, Settings
+from opbench.harness.session import Session
+from opbench.suites.distributed.cases import dist_cases
+from opbench.suites.distributed.engines import ENGINES
+from opbench.suites.ops import generate
+from opbench.workloads import ops
+from opbench.workloads.models import catalogue
+
+STATE = pytest.StashKey["State"]()
+
+
+@dataclass
+class RunStatus:
+    """How the session is ending, saved with its results (machine_info['opbench']['run']) so that
+    compare refuses an interrupted run and flags one in which benchmarks failed."""
+
+    failed: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.failed.append(report.nodeid)
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        self.interrupted = True
+
+    def as_dict(self) -> dict:
+        status = "interrupted" if self.interrupted else "failed" if self.failed else "complete"
+        return {"status": status, "failed": list(self.failed)}
+
+
+@dataclass
+class State(Session):
+    """A pytest session's measuring Session and how its run is going."""
+
+    run: RunStatus = field(default_factory=RunStatus)
+    active: bool = False  # opbench benchmarks were collected in this session
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("opbench", "opbench: frameworks, devices, modes and sizes")
+    for opt in cfg.OPTIONS:
+        group.addoption(
+            opt.flag, dest=f"opbench_{opt.name}", default=None, metavar=opt.name.upper(),
+            help=f"{opt.help} [env {opt.env}; default: {opt.default!r}]",
+        )
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """A list of thread counts runs one child pytest per count (see opbench.harness.sweep)."""
+    import os
+
+    from opbench.harness import sweep
+
+    if os.environ.get(sweep.CHILD):
+        return None
+    raw = {opt.name: config.getoption(f"opbench_{opt.name}") for opt in cfg.OPTIONS}
+    try:
+        counts = cfg.resolve(raw).threads
+    except ConfigError:
+        return None  # reported as a usage error by pytest_configure
+    if len(counts) < 2:
+        return None
+    return sweep.run(list(config.invocation_params.args), counts, config.option)
+
+
+def marker_names() -> dict[str, str]:
+    """Every marker the suite attaches, with its description."""
+    names = {f: f"framework {f}" for f in cfg.FRAMEWORKS}
+    names |= {d: f"device {d}" for d in cfg.DEVICES}
+    names |= {m: f"execution mode {m}" for m in cfg.MODES}
+    names |= {o: f"operator {o}" for o in ops.REGISTRY}
+    names |= {f: f"operator family {f}" for f in ops.FAMILIES}
+    names |= {d: f"{d} pass" for d in DIRECTIONS}
+    names |= {m: f"model {m}" for m in catalogue.MODELS}
+    names |= {"e2e": "end-to-end model benchmark"}
+    names |= {"amp": "end-to-end model in automatic mixed precision (--precision amp)"}
+    names |= {"distributed": "data-parallel training over several worker processes"}
+    names |= {e.name: f"distributed engine: {e.title}" for e in ENGINES.values()}
+    names |= {r: f"{r}hronous parameter updates" for e in ENGINES.values() for r in e.rules}
+    names |= {"strong": "strong scaling: the global batch stays as workers grow",
+              "weak": "weak scaling: each worker's batch stays as workers grow"}
+    names |= {f"{generate.MARKER}(op, direction)": "binds an op_case benchmark to an operator and direction"}
+    return names
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in marker_names().items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+    raw = {opt.name: config.getoption(f"opbench_{opt.name}") for opt in cfg.OPTIONS}
+    try:
+        settings = cfg.resolve(raw)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    from opbench.harness import allocator
+
+    _check_json_target(config)
+    state = State(settings, malloc=allocator.apply(settings.malloc))
+    config.stash[STATE] = state
+    config.pluginmanager.register(state.run, "opbench-run-status")
+
+
+def _check_json_target(config: pytest.Config) -> None:
+    """--benchmark-json is written at the very end: refuse a folder or an unwritable place now,
+    before anything is measured, rather than lose the whole run then."""
+    from pathlib import Path
+
+    from opbench.core.files import NotWritable, writable_file
+
+    target = getattr(config.option, "benchmark_json", None)
+    if not target:
+        return
+    try:
+        writable_file(Path(target), "--benchmark-json", create_folder=False)
+    except NotWritable as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _warmup_on_by_default(config: pytest.Config) -> None:
+    """pytest-benchmark warms up only on PyPy unless told; frameworks need it everywhere. Only
+    sessions that collected opbench benchmarks get it, and never against the user's own
+    --benchmark-warmup, given on the command line, in an ini file's addopts or in PYTEST_ADDOPTS."""
+    import os
+    import shlex
+
+    env = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    args = [*config.invocation_params.args, *config.getini("addopts"), *env]
+    given = any(a.startswith("--benchmark-warmup") and not a.startswith("--benchmark-warmup-") for a in args)
+    bs = getattr(config, "_benchmarksession", None)
+    if not given and bs is not None:
+        bs.options["warmup"] = True
+
+
+def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
+    """Every case of operator `name` the settings select."""
+    spec = ops.get(name)
+    cases = []
+    for framework in settings.frameworks:
+        if framework not in frameworks.taking_part("ops"):
+            continue
+        for mode in settings.framework_modes(framework):
+            if spec.creation and mode != "eager":
+                continue
+            for device in settings.devices:
+                for dtype in settings.dtypes:
+                    for p in spec.shapes[settings.profile]:
+                        cases.append(Case.operator(spec, direction, framework, device, mode, dtype, p))
+    return cases
+
+
+def model_batches(model, profile: str, direction: str) -> tuple[int, ...]:
+    """The model's batch for the profile; inference also at batch 1, the latency a server answering
+    one request at a time sees, beside the throughput of the larger batch."""
+    batch = model.batch[profile]
+    return tuple(sorted({1, batch})) if direction == "inference" else (batch,)
+
+
+def model_cases(settings: Settings, direction: str) -> list[Case]:
+    """Every model case the settings select for `direction` ("training" or "inference")."""
+    cases = []
+    for name, model in catalogue.MODELS.items():
+        for batch in model_batches(model, settings.profile, direction):
+            for framework in settings.frameworks:
+                if framework not in frameworks.taking_part("models"):  # NumPy is the models' reference
+                    continue
+                for mode in settings.framework_modes(framework):
+                    for device in settings.devices:
+                        for precision in settings.precisions:
+                            cases.append(Case.model(name, direction, framework, batch, device, mode, precision))
+    return cases
+
+
+def as_params(cases: list[Case]) -> list:
+    return [pytest.param(c, id=c.id, marks=[getattr(pytest.mark, m) for m in c.markers]) for c in cases]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "op_case" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        try:
+            name, direction = generate.binding(metafunc.definition.get_closest_marker(generate.MARKER))
+        except KeyError as exc:
+            raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
+        metafunc.parametrize("op_case", as_params(op_cases(state.settings, name, direction)), indirect=True)
+    if "model_case" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        direction = metafunc.function.__name__.removeprefix("test_")
+        if direction not in ("training", "inference"):
+            raise pytest.UsageError(f"{metafunc.function.__name__}: model tests are test_training or test_inference")
+        metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction)), indirect=True)
+    if "convergence_case" in metafunc.fixturenames:
+        from opbench.suites.convergence import training
+
+        state = metafunc.config.stash[STATE]
+        metafunc.parametrize("convergence_case", as_params(training.cases(state.settings)), indirect=True)
+    if "dist_case" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        metafunc.parametrize("dist_case", as_params(dist_cases(state.settings)), indirect=True)
+
+
+@dataclass
+class Bound:
+    """A case with the backend that runs it and the session it runs in."""
+
+    case: Case
+    backend: Backend
+    state: State
+
+
+def _bind(request: pytest.FixtureRequest) -> Bound:
+    """The case of this test item with its backend: skipped with the reason when it cannot run
+    here, marked strict xfail when it meets a known framework bug."""
+    from opbench.suites.measure import admit
+    from opbench.suites.ops import prepare
+
+    case: Case = request.param
+    admission = admit(case)
+    if admission.unavailable:
+        pytest.skip(admission.unavailable)
+    issue = admission.issue
+    if issue:
+        raises = NotCompiled if issue.not_compiled else prepare.CorrectnessError
+        request.node.add_marker(pytest.mark.xfail(reason=issue.reason, raises=raises, strict=True))
+    return Bound(case, admission.backend, request.config.stash[STATE])
+
+
+@pytest.fixture
+def op_case(request: pytest.FixtureRequest) -> Bound:
+    """The operator case of this test item."""
+    return _bind(request)
+
+
+@pytest.fixture
+def model_case(request: pytest.FixtureRequest) -> Bound:
+    """The end-to-end model case of this test item."""
+    return _bind(request)
+
+
+@pytest.fixture
+def convergence_case(request: pytest.FixtureRequest) -> Bound:
+    """The convergence case of this test item: a whole training run on real data."""
+    return _bind(request)
+
+
+@pytest.fixture
+def dist_case(request: pytest.FixtureRequest) -> Bound:
+    """The distributed case of this test item (its workers start in the benchmark, not here)."""
+    from opbench.suites.ops import prepare
+
+    case = request.param
+    try:
+        backend = prepare.require_framework(case.framework, case.device)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    return Bound(case, backend, request.config.stash[STATE])
+
+
+FIXTURES = ("op_case", "model_case", "convergence_case", "dist_case")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Benchmarks of frameworks that share one OpenMP runtime run one framework after another, the
+    one that slows the others most last (opbench.harness.openmp); every other order is kept."""
+    from opbench.harness import openmp
+
+    def framework(item: pytest.Item) -> str | None:
+        return next((f for f in openmp.ORDER if item.get_closest_marker(f)), None)
+
+    items.sort(key=lambda item: openmp.run_order(framework(item)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The header, once opbench benchmarks were collected: frameworks (imported here, threads
+    pinned), settings and roofline. A session without them imports, pins and measures nothing,
+    so the plugin costs nothing where it is not used."""
+    state = session.config.stash.get(STATE, None)
+    if state is None or not any(set(FIXTURES) & set(getattr(i, "fixturenames", ())) for i in session.items):
+        return
+    state.active = True
+    _warmup_on_by_default(session.config)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or session.config.getoption("collectonly") or reporter.verbosity < 0:
+        return
+    for line in header(session.config, state):
+        reporter.write_line(line)
+
+
+def header(config: pytest.Config, state: State) -> list[str]:
+    s = state.settings
+    bs = getattr(config, "_benchmarksession", None)
+    lines = [
+        f"opbench: profile={s.profile} devices={','.join(s.devices)} dtypes={','.join(s.dtypes)} "
+        f"precisions={','.join(s.precisions)} "
+        f"threads={state.threads} modes={','.join(s.modes)} malloc={state.malloc.split()[0]} "
+        f"warmup={'on' if bs is not None and bs.options['warmup'] else 'off'}"
+        + (f" breakdown={s.breakdown}" if s.breakdown != "off" else "")
+    ]
+    for name in s.frameworks:
+        lines.append("  " + framework_line(name, s, state.threads))
+    if "cpu" in s.devices:
+        ceiling = state.roofline.ceiling("cpu", "float32")
+        lines.append(f"  roofline: {ceiling.gflops:,.0f} GFLOP/s fp32 x{s.roofline_slack:g} slack "
+                     f"[{ceiling.derivation}]")
+    return lines
+
+
+def framework_line(name: str, settings: Settings, threads: int) -> str:
+    """'torch 2.13.0: threads 2; modes eager, compile; gpu: ...' or why it is unavailable."""
+    from opbench.suites.measure import ThreadMismatch, pin_threads
+
+    try:
+        backend = frameworks.load(name)
+    except Unavailable as exc:
+        return f"{name}: unavailable ({exc})"
+    try:
+        effective = str(pin_threads(backend, threads))
+    except ThreadMismatch as exc:
+        effective = f"MISMATCH: {exc}"
+    modes = ", ".join(settings.framework_modes(name)) or "none selected"
+    parts = [f"{name} {backend.version()}: threads {effective}; modes {modes}"]
+    if "gpu" in settings.devices:
+        parts.append(f"gpu: {backend.gpu_unavailable() or 'yes'}")
+    return "; ".join(parts)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is None or bs.disabled or not bs.benchmarks:
+        return
+    from opbench.results.summary import lines
+
+    for line in lines(bs):
+        terminalreporter.write_line(line)
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    from opbench.harness.fingerprint import update_machine_info
+
+    state = config.stash.get(STATE, None)
+    if state is not None and state.active:  # another suite's benchmarks get pytest-benchmark's info only
+        update_machine_info(machine_info, state.settings, state.threads, state.malloc, state.roofline)
+        machine_info["opbench"]["run"] = state.run.as_dict()

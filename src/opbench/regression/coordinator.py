@@ -1,0 +1,425 @@
+"""The paired gate's coordinator: randomized interleaved trials between two live workers.
+
+For every benchmark of the selection, both workers of a pair prepare it (the plugin's own code
+path, NumPy check included), then each trial times a short burst on each side in a random
+order, so that the two sides of a trial are measured a fraction of a second apart and a
+tenant's load episode hits both. A trial gives one log-ratio of the bursts' fastest calls.
+Fresh worker pairs, each with its own random order of benchmarks, sample between-process
+effects (Abedi & Brecht, ICPE 2017; Kalibera & Jones, ISMM 2013).
+
+Two stages fixed in advance (see intervals): a screen at the usual confidence on at least
+`min_pairs` pairs, extended pair by pair for undecided benchmarks while the budget lasts; then
+every benchmark the screen flagged is measured again on fresh pairs and its change stands only
+at the family-wise level (Holm's step-down over the flagged set). One budget covers both: the
+screen's extension stops where the rest would no longer pay for the confirmation's minimum
+over the benchmarks flagged so far, and the confirmation's number of pairs is fixed before its
+first pair from what is left, at the pace measured (never from the confirmation's own data). A worker that
+crashes, hangs or fails a check fails that benchmark (and the gate); a fresh pair takes over for the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from opbench.core.processes import WorkerFailure, WorkerProcess
+from opbench.regression import intervals as ps
+from opbench.results.stats import CONFIDENCE, Rule
+
+SIDES = ("baseline", "candidate")
+WARM_UP_S = 0.1  # per side, untimed, after calibration
+MAX_ROUNDS = 25  # alternations per trial
+STOLEN = 0.10  # a trial during which other guests took more than this share of the CPUs is repeated
+
+
+@dataclass(frozen=True)
+class Side:
+    """One environment: its interpreter and the environment variables its worker gets."""
+
+    name: str
+    python: str
+    env: dict[str, str]
+
+
+@dataclass
+class Plan:
+    """How much to sample. Defaults chosen with studies/paired_quality.py (docs: the paired gate)."""
+
+    trials: int = 8  # trials per benchmark and worker pair (docs: why many short pairs)
+    min_pairs: int = 8  # screen: worker pairs every benchmark gets (7 reach a 97% signed-rank interval)
+    max_pairs: int = 60  # at most this many in either stage (a new pair starts in about 2 s)
+    confirm_pairs: int = 24  # the confirmation's minimum of fresh pairs (more when Holm's first level needs them)
+    budget_s: float | None = None  # both stages' time (None: budget_for); the confirmation's minimum may overrun it
+    budget_per_benchmark_s: float = 80.0  # ... by default this much per benchmark of the selection,
+    min_budget_s: float = 20 * 60.0  # ... and at least this
+    burst_s: float = 0.04  # target length of one burst
+    round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
+    timeout_s: float = 600.0  # collect and prepare (first calls compile)
+    confidence: float = CONFIDENCE
+    family_alpha: float = ps.FAMILY_ALPHA
+    seed: int = 0
+
+    def budget_for(self, benchmarks: int) -> float:
+        """The run's budget for a selection: the one given, else 80 s per benchmark (about what
+        the process gate at K=7 spends on one) and at least 20 minutes."""
+        if self.budget_s is not None:
+            return self.budget_s
+        return max(self.min_budget_s, self.budget_per_benchmark_s * benchmarks)
+
+
+@dataclass
+class Record:
+    """Everything measured about one benchmark."""
+
+    id: str
+    name: str = ""
+    group: str = ""
+    extra: dict[str, dict] = field(default_factory=dict)  # side -> extra_info
+    trials: list[dict] = field(default_factory=list)
+    problem: str = ""  # why it has no verdict
+    kind: str = ""  # "" | failed | missing | new | skipped
+    verdict: str = ""
+    level: float = 0.0  # the confidence of the interval to report (0: the plan's)
+
+    def stage_pairs(self, stage: str) -> list[np.ndarray]:
+        """Trial log-ratios of one stage, grouped by worker pair; a pair's trials flagged for
+        interference are left out when at least three clean ones remain."""
+        by_pair: dict[int, list[dict]] = {}
+        for t in self.trials:
+            if t["stage"] == stage:
+                by_pair.setdefault(t["pair"], []).append(t)
+        out = []
+        for trials in by_pair.values():
+            clean = [t for t in trials if not t["interfered"]]
+            out.append(np.array([t["log_ratio"] for t in (clean if len(clean) >= 3 else trials)]))
+        return out
+
+    def estimate(self, stage: str) -> ps.Estimate | None:
+        pairs = self.stage_pairs(stage)
+        return ps.estimate(pairs) if pairs else None
+
+
+class Pair:
+    """Two live workers, one per side, that collected the same selection."""
+
+    def __init__(self, number: int, sides: tuple[Side, Side], pytest_args: list[str], folder: Path,
+                 timeout: float, spawn: Callable[..., WorkerProcess] = WorkerProcess) -> None:
+        self.number, self.workers, self.ids = number, {}, {}
+        try:
+            for side in sides:
+                self.workers[side.name] = spawn(side.name, [side.python, "-m", "opbench.regression.worker"], side.env,
+                                                folder / f"worker-{number:02d}-{side.name}.log")
+            for side, reply in self.ask_both({"cmd": "collect", "args": pytest_args}, timeout).items():
+                if not reply.get("ok"):
+                    raise WorkerFailure(f"the {side} worker: {reply.get('error')}")
+                self.ids[side] = list(reply["ids"])
+        except BaseException:
+            self.close()
+            raise
+
+    def ask(self, side: str, request: dict, timeout: float) -> dict:
+        return self.workers[side].ask(request, timeout)
+
+    def ask_both(self, request: dict, timeout: float) -> dict[str, dict]:
+        """The same untimed request (collect, prepare, release) to both workers before either
+        reply is read, so that the two sides do that work at the same time."""
+        for worker in self.workers.values():
+            worker.send(request)
+        return {side: worker.reply(request.get("cmd", "?"), timeout) for side, worker in self.workers.items()}
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.close()
+
+
+def _after_first(times: list[float]) -> list[float]:
+    """`times` after the first (cold) one; the first alone when there is no other."""
+    return times[1:] or times
+
+
+def _warm(times: list[float]) -> float:
+    """The mean of `_after_first(times)`; 0 for none."""
+    return float(np.mean(_after_first(times))) if times else 0.0
+
+
+class PairedGate:
+    """Runs the two stages over a selection and keeps every record."""
+
+    def __init__(self, sides: tuple[Side, Side], pytest_args: list[str], folder: Path, plan: Plan,
+                 rule_for: Callable[[str], Rule], spawn: Callable[..., WorkerProcess] = WorkerProcess,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.sides, self.args, self.folder, self.plan = sides, pytest_args, folder, plan
+        self.rule_for, self.spawn = rule_for, spawn
+        self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.rng = np.random.default_rng(plan.seed)
+        self.records: dict[str, Record] = {}
+        self.machine_info: dict[str, dict] = {}
+        self.commit_info: dict = {}
+        self.pairs_started = 0
+        self.start_s: list[float] = []  # seconds each pair took to start (spawn, collect)
+        self.turn_s: dict[str, list[float]] = {}  # seconds of each benchmark's turns (prepare to release)
+        self.pairs: list[Pair] = []  # every pair started, closed again however the run ends
+        self.notes: list[str] = []
+        self.start = time.monotonic()
+        self.budget_s = plan.budget_for(0)  # until the selection is known
+
+    # -- workers ---------------------------------------------------------------------------
+    def new_pair(self) -> Pair:
+        self.pairs_started += 1
+        start = time.monotonic()
+        pair = Pair(self.pairs_started, self.sides, self.args, self.folder, self.plan.timeout_s, self.spawn)
+        self.start_s.append(time.monotonic() - start)
+        self.pairs.append(pair)
+        return pair
+
+    def pair_s(self, ids: list[str]) -> float:
+        """The expected seconds of a pair over `ids` at the pace measured so far: a pair's warm
+        start plus each benchmark's warm turn, each the mean over all but the first (`_warm`).
+        The first turn that times a benchmark pays for its compiler's cold cache (minutes for
+        `torch.compile` cases), so a mean over all turns makes later pairs look slower than they
+        are and leaves budget unused; a median over all turns is a little short of a warm pair's
+        mean and overruns the budget."""
+        every = [t for times in self.turn_s.values() for t in _after_first(times)]
+        fallback = float(np.mean(every)) if every else 0.0
+        return _warm(self.start_s) + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:  # an interrupt or an error leaves no worker running
+            for p in self.pairs:
+                p.close()
+
+    def _run(self) -> None:
+        pair = self.new_pair()
+        for side, reply in pair.ask_both({"cmd": "machine_info"}, self.plan.timeout_s).items():
+            self.machine_info[side] = reply.get("machine_info") or {}
+            self.commit_info = reply.get("commit_info") or self.commit_info
+        # Describing the environment imports every framework it has (TensorFlow, MXNet, JAX ...):
+        # processes that did so time nothing; fresh pairs do.
+        pair.close()
+        base, cand = pair.ids["baseline"], pair.ids["candidate"]
+        for i in base:
+            self.records[i] = Record(i)
+        for i in sorted(set(base) - set(cand)):
+            self._set(i, "missing", "not collected by the candidate")
+        for i in sorted(set(cand) - set(base)):
+            self.records[i] = Record(i, name=i.rsplit("::", 1)[-1], kind="new", problem="not collected by the baseline")
+        active = [i for i in base if not self.records[i].kind]
+        self.budget_s = self.plan.budget_for(len(active))
+        number = 0
+        while active:
+            number += 1
+            self._sweep(self.new_pair(), active, "screen", number).close()
+            active = self._undecided(active, number)
+            if active and not self._room_for(active, number):
+                self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
+                break
+        flagged = self._flagged()
+        count = self.confirm_pairs(flagged) if flagged else 0
+        if flagged:
+            left = max(0.0, self.budget_s - self.elapsed()) / 60
+            self.notes.append(f"note: the confirmation measured {len(flagged)} flagged benchmark(s) on {count} "
+                              f"fresh pairs, fixed from the budget left ({left:.1f} min)")
+        for c in range(count):
+            self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
+        self._confirm(flagged)
+
+    def _flagged(self) -> list[str]:
+        return [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
+
+    def least_confirm_pairs(self, flagged: int) -> int:
+        """The confirmation's minimum: the plan's, and at least four more than the signed-rank
+        interval needs to reach Holm's strictest level over `flagged` benchmarks at all."""
+        strictest = ps.confirm_confidence(flagged, self.plan.family_alpha)
+        return max(self.plan.confirm_pairs, ps.min_pairs(strictest) + 4)
+
+    def confirm_pairs(self, flagged: list[str]) -> int:
+        """Fresh pairs for the confirmation of `flagged` benchmarks: as many as the budget left
+        pays for at the pace measured, within [least_confirm_pairs, max_pairs]. Fixed before the
+        confirmation's first trial from the screen's outcome and timings only, so Holm's levels
+        hold as for any fixed number (intervals.holm)."""
+        least = self.least_confirm_pairs(len(flagged))
+        per_pair = self.pair_s(flagged)
+        fits = int((self.budget_s - self.elapsed()) // per_pair) if per_pair > 0 else least
+        return max(least, min(self.plan.max_pairs, fits))
+
+    def _undecided(self, active: list[str], number: int) -> list[str]:
+        """Screen verdicts after `number` pairs; those still undecided continue (all continue
+        until min_pairs, none after max_pairs)."""
+        still = []
+        for i in active:
+            rec = self.records[i]
+            if rec.kind:
+                continue
+            est = rec.estimate("screen")
+            rec.verdict = ps.screen(est, self.rule_for(rec.name), self.plan.confidence) if est else "noisy"
+            if number < self.plan.min_pairs or (rec.verdict == "noisy" and number < self.plan.max_pairs):
+                still.append(i)
+        return still
+
+    def _room_for(self, active: list[str], number: int) -> bool:
+        """Whether another screen pair over `active` fits in the budget, at the pace seen so far,
+        with the confirmation's minimum over the benchmarks flagged so far after it."""
+        if number < self.plan.min_pairs:
+            return True
+        flagged = self._flagged()
+        confirm = self.least_confirm_pairs(len(flagged)) * self.pair_s(flagged) if flagged else 0.0
+        return self.elapsed() + self.pair_s(active) + confirm <= self.budget_s
+
+    def _confirm(self, flagged: list[str]) -> None:
+        recs = [self.records[i] for i in flagged if not self.records[i].kind]
+        estimates = [rec.estimate("confirm") for rec in recs]
+        verdicts = ps.holm(estimates, [self.rule_for(rec.name) for rec in recs], [rec.verdict for rec in recs],
+                           self.plan.confidence, self.plan.family_alpha)
+        for rec, (verdict, level) in zip(recs, verdicts, strict=True):
+            rec.verdict, rec.level = verdict, level
+
+    def _sweep(self, pair: Pair, ids: list[str], stage: str, number: int) -> Pair:
+        """One worker pair over `ids` in a random order; a failed pair is replaced by a fresh one."""
+        order = [ids[k] for k in self.rng.permutation(len(ids))]
+        for n, i in enumerate(order):
+            if self.records[i].kind:
+                continue
+            start = time.monotonic()
+            try:
+                self._benchmark(pair, i, stage)
+                self.turn_s.setdefault(i, []).append(time.monotonic() - start)
+            except WorkerFailure as exc:
+                self._set(i, "failed", str(exc))
+                pair.close()
+                pair = self.new_pair()
+            self._report(i, stage, number, n + 1, len(order))
+        return pair
+
+    def _set(self, i: str, kind: str, problem: str) -> None:
+        rec = self.records.setdefault(i, Record(i))
+        rec.kind, rec.problem, rec.verdict = kind, problem, kind
+
+    def _benchmark(self, pair: Pair, i: str, stage: str) -> None:
+        rec, plan = self.records[i], self.plan
+        if not self._prepare(pair, i):
+            return
+        loops, rounds, timeout = self._calibrate(pair, i)
+        clean = extra = 0
+        while clean < plan.trials and not rec.kind:
+            trial = self._trial(pair, i, loops, rounds, timeout)
+            if trial is None:
+                break
+            trial.update(pair=pair.number, stage=stage)
+            rec.trials.append(trial)
+            if trial["interfered"] and extra < plan.trials:
+                extra += 1  # another trial in its place; the flagged one stays in the log
+            else:
+                clean += 1
+        pair.ask_both({"cmd": "release"}, plan.timeout_s)
+
+    def _prepare(self, pair: Pair, i: str) -> bool:
+        """Both sides build and verify benchmark `i`; False (and the record says why) unless both are
+        ready. Each side first observes its threads alone, one after the other."""
+        for side in SIDES:
+            pair.ask(side, {"cmd": "threads", "id": i}, self.plan.timeout_s)
+        ready = pair.ask_both({"cmd": "prepare", "id": i}, self.plan.timeout_s)
+        for side, reply in ready.items():
+            if not reply.get("ok"):
+                self._set(i, "failed", f"{side}: {reply.get('error')}")
+                return False
+        outcomes = {s: r["outcome"] for s, r in ready.items()}
+        if "failed" in outcomes.values():
+            side = next(s for s in SIDES if outcomes[s] == "failed")
+            self._set(i, "failed", f"failed on the {side}: {ready[side]['message']}")
+        elif outcomes["candidate"] != "ready":
+            kind = "skipped" if outcomes["baseline"] != "ready" else "missing"
+            self._set(i, kind, f"{outcomes['candidate']} on the candidate: {ready['candidate']['message']}")
+        elif outcomes["baseline"] != "ready":
+            self._set(i, "new", f"{outcomes['baseline']} on the baseline: {ready['baseline']['message']}")
+        else:
+            rec = self.records[i]
+            rec.name, rec.group = ready["baseline"]["name"], ready["baseline"]["group"]
+            rec.extra = {s: ready[s]["extra_info"] for s in SIDES}
+        return not self.records[i].kind
+
+    def _trial(self, pair: Pair, i: str, loops: int, rounds: int, timeout: float) -> dict | None:
+        """`rounds` alternations of one timed round on each side, in a random order each time, so
+        that the two sides' rounds are never more than a few milliseconds apart."""
+        rounds_of: dict[str, list[dict]] = {side: [] for side in SIDES}
+        for _ in range(rounds):
+            for side in (SIDES if self.rng.random() < 0.5 else SIDES[::-1]):
+                reply = pair.ask(side, {"cmd": "burst", "loops": loops, "rounds": 1}, timeout)
+                if not reply.get("ok"):
+                    self._set(i, "failed", f"failed on the {side}: {reply.get('error')}")
+                    return None
+                rounds_of[side].append(reply)
+        return trial_record(rounds_of)
+
+    def _calibrate(self, pair: Pair, i: str) -> tuple[int, int, float]:
+        """A discarded warm-up burst per side; from the faster side's call time, the loops per
+        round and rounds per burst both sides then use, and a deadline for one burst."""
+        fastest = math.inf
+        for side in SIDES:
+            reply = pair.ask(side, {"cmd": "burst", "loops": 1, "rounds": 3}, self.plan.timeout_s)
+            if not reply.get("ok"):
+                self._set(i, "failed", f"failed on the {side}: {reply.get('error')}")
+                return 1, 1, 0.0
+            fastest = min(fastest, *reply["times"])
+        fastest = max(fastest, 1e-7)
+        loops = max(1, math.ceil(self.plan.round_s / fastest))
+        rounds = min(MAX_ROUNDS, max(3, math.ceil(self.plan.burst_s / (loops * fastest))))
+        timeout = max(60.0, 50 * loops * fastest)
+        warm = max(1, math.ceil(WARM_UP_S / (loops * fastest)))
+        for side in SIDES:  # caches, allocator pools and thread pools settle before the first trial
+            pair.ask(side, {"cmd": "burst", "loops": loops, "rounds": min(warm, 100)}, timeout * warm)
+        return loops, rounds, timeout
+
+    def _report(self, i: str, stage: str, number: int, done: int, total: int) -> None:
+        rec = self.records[i]
+        counts: dict[str, int] = {}
+        for r in self.records.values():
+            if r.verdict:
+                counts[r.verdict] = counts.get(r.verdict, 0) + 1
+        so_far = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no verdicts yet"
+        state = rec.problem or f"{len(rec.trials)} trials"
+        left = (self.budget_s - self.elapsed()) / 60
+        self.progress(f"[{stage} pair {number} | {done}/{total}] {rec.name or i}: {state} | {so_far} | "
+                      f"{left:.1f} min of budget left")
+
+
+def trial_record(rounds_of: dict[str, list[dict]]) -> dict:
+    """One trial from each side's timed rounds: the log-ratio of the fastest rounds (time per
+    call), the same for mean CPU time and mean wall time per call (to show which metric is
+    steadier), and the interference signals summed over the trial."""
+    def fastest(side):
+        return min(t for r in rounds_of[side] for t in r["times"])
+
+    def mean(side, key):
+        return max(float(np.mean([r[key] for r in rounds_of[side]])), 1e-12)
+
+    def total(key):
+        return sum(r[key] for side in SIDES for r in rounds_of[side])
+
+    a, b = fastest("baseline"), fastest("candidate")
+    per_round = {side: [min(r["times"]) for r in rounds_of[side]] for side in SIDES}
+    return {
+        "log_ratio": math.log(b / a), "baseline_min": a, "candidate_min": b,
+        "baseline_rounds": per_round["baseline"], "candidate_rounds": per_round["candidate"],
+        "cpu_log_ratio": math.log(mean("candidate", "cpu_per_call") / mean("baseline", "cpu_per_call")),
+        "mean_log_ratio": math.log(mean("candidate", "wall_per_call") / mean("baseline", "wall_per_call")),
+        "steal": total("steal"), "switches": total("switches"),
+        "interfered": bool(steal_share(total("steal"), total("wall")) > STOLEN),
+    }
+
+
+def steal_share(ticks: int, wall: float) -> float:
+    """The share of the machine's CPU time the hypervisor gave to other guests during `wall` seconds."""
+    return ticks / os.sysconf("SC_CLK_TCK") / max(wall * (os.cpu_count() or 1), 1e-9)

@@ -1,0 +1,99 @@
+"""What the paired gate leaves behind: each side's timings as a pytest-benchmark document (so
+that `opbench report` and `opbench compare` read them), every trial in paired.json, and the
+Comparison the terminal and --markdown show.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import numpy as np
+from pytest_benchmark.stats import Stats
+
+from opbench.core.files import write_text_atomic
+from opbench.regression import intervals as ps
+from opbench.regression.coordinator import SIDES, PairedGate, Record
+from opbench.results.compare import Comparison, Row, environment_diff
+from opbench.results.store import Run
+
+STATISTIC = "burst min"
+
+
+def side_document(gate: PairedGate, side: str) -> dict:
+    """One side as pytest-benchmark saves a run: each burst's fastest call is one round."""
+    benchmarks = []
+    for rec in gate.records.values():
+        times = [t[f"{side}_min"] for t in rec.trials]
+        if not times:
+            continue
+        stats = Stats()
+        for value in times:
+            stats.update(value)
+        benchmarks.append({"group": rec.group, "name": rec.name, "fullname": rec.id, "params": None,
+                           "param": None, "extra_info": {**rec.extra.get(side, {}), "design": "paired"},
+                           "options": {"timer": "perf_counter", "design": "paired interleaved bursts"},
+                           "stats": stats.as_dict()})
+    return {"machine_info": gate.machine_info.get(side, {}), "commit_info": gate.commit_info,
+            "benchmarks": benchmarks, "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "version": _pytest_benchmark_version()}
+
+
+def _pytest_benchmark_version() -> str:
+    from importlib.metadata import version
+
+    return version("pytest-benchmark")
+
+
+def save(gate: PairedGate, folder: Path) -> dict[str, Path]:
+    """baseline.json, candidate.json and paired.json in `folder`."""
+    paths = {}
+    for side in SIDES:
+        paths[side] = folder / f"{side}.json"
+        write_text_atomic(paths[side], json.dumps(side_document(gate, side), indent=2))
+    log = {"plan": vars(gate.plan), "notes": gate.notes, "benchmarks": [
+        {"id": r.id, "name": r.name, "verdict": r.verdict, "problem": r.problem, "trials": r.trials}
+        for r in gate.records.values()]}
+    paths["paired"] = folder / "paired.json"
+    write_text_atomic(paths["paired"], json.dumps(log, indent=1))
+    return paths
+
+
+def _row(rec: Record, gate: PairedGate) -> Row | None:
+    confirmed = any(t["stage"] == "confirm" for t in rec.trials)
+    est = rec.estimate("confirm" if confirmed else "screen")
+    if est is None:
+        return None
+    ratio = est.ratio(rec.level or gate.plan.confidence)
+    base = float(np.median([t["baseline_min"] for t in rec.trials]))
+    cand = float(np.median([t["candidate_min"] for t in rec.trials]))
+    samples = _samples(rec, "screen") + (f" + {_samples(rec, 'confirm')} confirm" if confirmed else "")
+    return Row(rec.id, rec.name, rec.group, ratio, rec.verdict, base, cand, samples)
+
+
+def _samples(rec: Record, stage: str) -> str:
+    trials = [t for t in rec.trials if t["stage"] == stage]
+    return f"{len({t['pair'] for t in trials})}x{len(trials) / max(1, len({t['pair'] for t in trials})):.0f}"
+
+
+def comparison(gate: PairedGate) -> Comparison:
+    """The gate's outcome in compare's terms, plus the benchmarks that failed on a side."""
+    compared = [r for r in gate.records.values() if r.kind != "new"]
+    flagged = sum(1 for r in compared if any(t["stage"] == "confirm" for t in r.trials))
+    strict = ps.confirm_confidence(flagged, gate.plan.family_alpha)
+    rows = [row for r in compared if not r.kind and (row := _row(r, gate))]
+    runs = {side: [Run(Path(side), gate.machine_info.get(side, {}), "", {})] for side in SIDES}
+    result = Comparison(
+        rows, missing=[f"{r.id}: {r.problem}" for r in compared if r.kind == "missing"],
+        new=[f"{r.id}: {r.problem}" for r in gate.records.values() if r.kind == "new"],
+        env=environment_diff(runs["baseline"], runs["candidate"]), statistic=STATISTIC,
+        confidence=gate.plan.confidence, broken=[f"{r.id}: {r.problem}" for r in compared if r.kind == "failed"],
+        skipped=[f"{r.id}: {r.problem}" for r in compared if r.kind == "skipped"])
+    result.warnings += [
+        *gate.notes,
+        f"paired design: {gate.pairs_started} worker pairs; {flagged} benchmark(s) flagged by the "
+        f"{100 * gate.plan.confidence:g}% screen were re-measured on fresh pairs and a change stands only in the "
+        f"screen's direction at Holm's step-down levels (one-sided; the interval shown is two-sided, "
+        f"{100 * strict:.4g}% for the strongest; suite-wide false-alarm budget {100 * gate.plan.family_alpha:g}%)"]
+    return result

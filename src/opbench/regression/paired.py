@@ -1,0 +1,42 @@
+"""The paired design of the upgrade gate, end to end: two interpreters, the selection, a Plan and
+the rules in; the saved comparison out (`opbench ab`, and `opbench upgrade-check`'s default)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from opbench.regression import decisions
+from opbench.regression import intervals as ps
+from opbench.regression.coordinator import SIDES, PairedGate, Plan, Side
+from opbench.regression.envs import fresh_folder
+from opbench.results.compare import Comparison
+from opbench.results.stats import Rule
+from opbench.results.store import ResultsError
+
+
+def check_plan(plan: Plan) -> None:
+    """Refuse, before any worker starts, a plan whose intervals cannot reach its confidence."""
+    needed = ps.min_pairs(plan.confidence)
+    if plan.max_pairs < needed:
+        raise ResultsError(f"--pairs {plan.min_pairs} --max-pairs {plan.max_pairs}: a {100 * plan.confidence:g}% "
+                           f"interval over worker pairs needs at least {needed} pairs")
+
+
+def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: list[str], plan: Plan,
+        rule_for: Callable[[str], Rule], workdir: Path) -> tuple[Comparison, Path]:
+    """Run the paired gate between the baseline's and the candidate's interpreters (each worker
+    gets this process's environment plus its own `envs` entry), save it in a fresh folder under
+    `workdir` and return the comparison with that folder."""
+    if not pytest_args:
+        raise ResultsError("give the benchmarks to compare after '--', e.g. -- benchmarks/ops -m 'torch and gemm'")
+    check_plan(plan)
+    base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    sides = tuple(Side(name, python, {**base_env, **env}) for name, python, env in zip(SIDES, pythons, envs,
+                                                                                       strict=True))
+    folder = fresh_folder(workdir)
+    gate = PairedGate(sides, pytest_args, folder, plan, rule_for)
+    gate.run()
+    decisions.save(gate, folder)
+    return decisions.comparison(gate), folder

@@ -1,0 +1,114 @@
+"""Timing one distributed case through pytest-benchmark: start the worker group once, pass the
+equivalence gate, exclude the first WARMUP_STEPS steps, then time one synchronous training step
+of every worker per call; afterwards measure what the coordinator and the communication cost."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import pytest
+
+from opbench.suites import target
+from opbench.suites.distributed import equivalence
+from opbench.suites.distributed.engines import ENGINES, LOOPBACK, Topology, free_port
+from opbench.suites.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
+from opbench.suites.measure import identity, recording, timing_of
+from opbench.workloads.models import catalogue
+
+WARMUP_STEPS = 10  # excluded from timing, as the study did
+PINGS = 20
+COMM_PAIRS = 3  # steps with and without communication, alternated
+
+_ONE_WORKER: dict[tuple, float] = {}  # samples/s of this session's 1-worker cases, for the efficiency
+
+
+def topology(workers: int) -> Topology:
+    """This node's share of the group: one node on the loopback interface and a free port, unless
+    OPBENCH_DIST_NODES (with OPBENCH_DIST_NODE_RANK and OPBENCH_DIST_MASTER=host:port) asks for several."""
+    nodes = int(os.environ.get("OPBENCH_DIST_NODES", "1"))
+    if nodes == 1:
+        return Topology(workers, master_port=free_port(),
+                        hosts=tuple(f"{LOOPBACK}:{free_port()}" for _ in range(workers)))
+    host, _, port = os.environ["OPBENCH_DIST_MASTER"].rpartition(":")
+    hosts = tuple(h for h in os.environ.get("OPBENCH_DIST_HOSTS", "").split(",") if h)
+    return Topology(workers, nodes, int(os.environ["OPBENCH_DIST_NODE_RANK"]), host, int(port), hosts)
+
+
+def _scaling_key(case) -> tuple:
+    return case.framework, case.engine, case.rule, case.device, case.name, case.scaling, case.batch
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure_distributed(benchmark, bound) -> None:
+    case, settings = bound.case, bound.state.settings
+    engine = ENGINES[case.engine]
+    topo = topology(case.workers)
+    if engine.in_process and topo.nodes > 1:
+        pytest.skip(f"{engine.name} drives its replicas from one process: it runs on one node")
+    with WorkerGroup(engine, topo, case.rule, settings.dist_timeout) as group:
+        setup = group.ask("setup", timeout_s=max(SETUP_TIMEOUT_S, settings.dist_timeout), engine=engine.worker,
+                          model=case.name, rule=case.rule, device=case.device, dtype=case.dtype,
+                          global_batch=case.global_batch, data_dir=settings.data_dir, threads=1,
+                          replicas=case.workers, engine_name=case.engine,
+                          collective_timeout_s=settings.dist_timeout)
+        err = equivalence.equivalence(case, group, settings.data_dir, setup[0]["lstm_biases"])
+        group.ask("optimizer")  # the model's own optimizer, from the shared initial weights
+        if not benchmark.disabled:  # a correctness pass (--benchmark-disable) makes one call only
+            group.ask("step", n=WARMUP_STEPS)
+        overhead = statistics.median(_seconds(lambda: group.ask("ping")) for _ in range(PINGS))
+        extra = {**identity(case, bound.backend, threads=1, max_abs_err=err), "engine": case.engine,
+                 "rule": case.rule, "workers": case.workers, "scaling": case.scaling,
+                 "global_batch": case.global_batch, "worker_batch": case.global_batch // case.workers,
+                 "warmup_steps": WARMUP_STEPS, "engine_config": setup[0]["config"],
+                 "coordinator_overhead_s": overhead}
+        with recording(benchmark, case, extra):
+            benchmark(lambda: group.ask("step"))
+            timing = timing_of(benchmark)
+            if timing is not None:
+                _after_timing(benchmark, case, group, timing.median_s, overhead, setup[0]["comm_off"])
+
+
+def _after_timing(benchmark, case, group: WorkerGroup, median_s: float, overhead: float, comm_off: bool) -> None:
+    samples = case.global_batch / median_s
+    key = _scaling_key(case)
+    if case.workers == 1:
+        _ONE_WORKER[key] = samples
+    one = _ONE_WORKER.get(key)
+    comm = 0.0 if case.workers == 1 else communication_share(group) if comm_off else None
+    benchmark.extra_info.update(
+        samples_per_s=samples, worker_samples_per_s=samples / case.workers,
+        scaling_efficiency=samples / (case.workers * one) if one else None,
+        communication_share=comm, coordinator_share=overhead / median_s,
+        peak_rss_bytes=[r["peak_rss_bytes"] for r in group.ask("stats")],
+        **convergence(group, case),
+    )
+
+
+def communication_share(group: WorkerGroup) -> float:
+    """1 - (a step without communication) / (a step with it), from steps alternated so that a
+    load episode hits both alike."""
+    sync, local = [], []
+    for _ in range(COMM_PAIRS):
+        sync.append(_seconds(lambda: group.ask("step")))
+        local.append(_seconds(lambda: group.ask("step", sync=False)))
+    return max(0.0, 1.0 - statistics.median(local) / statistics.median(sync))
+
+
+LOSS_AFTER_STEPS = 20
+
+
+def convergence(group: WorkerGroup, case) -> dict:
+    """Time to target (opbench.suites.target), the loss being the mean over the workers, as the
+    single-process suite measures it; and the loss after LOSS_AFTER_STEPS steps. This is what an
+    asynchronous rule is judged by: its steps are cheaper, but each one is worth less."""
+    group.ask("batch", clusters=True)
+    group.ask("optimizer")
+    return target.time_to_target(lambda: statistics.mean(r["loss"] for r in group.ask("step")),
+                                 catalogue.get(case.name).classes, loss_after=LOSS_AFTER_STEPS)

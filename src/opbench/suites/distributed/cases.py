@@ -1,0 +1,78 @@
+"""The frozen description of one distributed benchmark and the cases the settings select."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opbench import frameworks
+from opbench.harness.config import Settings
+from opbench.suites.distributed.engines import ENGINES
+from opbench.workloads.models import catalogue
+
+MODELS = ("mlp", "lenet", "vgg10", "lstm")
+SCALINGS = ("strong", "weak")  # strong: the global batch stays; weak: each worker's batch stays
+
+
+@dataclass(frozen=True)
+class DistCase:
+    """W workers of one engine training one model with one update rule."""
+
+    framework: str
+    device: str
+    engine: str
+    rule: str
+    workers: int
+    dtype: str
+    name: str  # the model
+    batch: int  # the model's batch: the global batch (strong scaling) or each worker's (weak)
+    scaling: str
+    kind = "dist"
+    family = "distributed"
+    direction = "training"
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch if self.scaling == "strong" else self.batch * self.workers
+
+    @property
+    def mode(self) -> str:
+        return f"{self.engine}-{self.rule}"
+
+    @property
+    def id(self) -> str:
+        return (f"{self.framework}-{self.device}-{self.engine}-{self.rule}-w{self.workers}-{self.dtype}-"
+                f"{self.name}-b{self.global_batch}-{self.scaling}")
+
+    @property
+    def label(self) -> str:
+        """The problem as text, as Case.label: scaling, batch and workers."""
+        return f"{self.scaling}-b{self.batch}-w{self.workers}"
+
+    @property
+    def group(self) -> str:
+        """One group per model, device, scaling, batch and worker count: the engines side by side."""
+        return f"{self.name}-data-parallel[{self.device}-{self.dtype}-{self.label}]"
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return ("distributed", self.engine, self.rule, self.framework, self.device, self.name, "training",
+                self.scaling)
+
+
+def dist_cases(settings: Settings) -> list[DistCase]:
+    """Every distributed case the settings select (float32 only: the equivalence gate's tolerance)."""
+    cases = []
+    for engine in ENGINES.values():
+        if engine.framework not in settings.frameworks or engine.framework not in frameworks.taking_part("models"):
+            continue
+        for rule in engine.rules:
+            for device in settings.devices:
+                for name in MODELS:
+                    batch = catalogue.get(name).batch[settings.profile]
+                    for scaling in SCALINGS:
+                        for w in settings.workers:
+                            if batch % w and scaling == "strong":
+                                continue  # a global batch is split evenly or not at all
+                            cases.append(DistCase(engine.framework, device, engine.name, rule, w, "float32", name,
+                                                  batch, scaling))
+    return cases

@@ -1,0 +1,515 @@
+"""Turning a model Case into a synchronised training-step or inference callable, after proving
+functional equivalence with the NumPy reference model.
+
+The gate, before anything is timed: the framework's first forward pass gives the NumPy loss
+(inference: the NumPy logits), and K plain-SGD steps from the same weights on the same batches
+give the NumPy losses and, for every parameter tensor and every step, the NumPy update
+(after - before). The gate's learning rate is its own, large enough that each update is far
+above the float32 rounding of the weights; the study's optimizer is swapped in afterwards and the
+weights reset. The step that is timed is checked too, after its first call: every tensor's update
+by the study's own optimizer against the reference's (check_timed_step), and the types its
+products, weights and loss computed in, read from the framework (check_precision_ran).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from opbench.core.case import Case
+from opbench.frameworks.base import Backend
+from opbench.suites import target
+from opbench.suites.ops.prepare import CorrectnessError, Prepared, synchronised
+from opbench.workloads.models import catalogue, datasets, precision, reference
+from opbench.workloads.models.spec import (
+    LSTM,
+    BatchNorm,
+    ModelSpec,
+    Optimizer,
+    count_params,
+    init_params,
+    is_state,
+    walk,
+)
+
+SGD_STEPS = 2
+GATE_LR = 0.1  # plain SGD in the gate, whatever the study's optimizer: updates of 1e-3..1e-1 of the weights
+MAX_DROP = 0.3  # ... and less where its first-order loss decrease, lr * |grad|^2, passes this share of the loss
+LOSS_RTOL = 1e-4  # first loss and SGD losses, relative
+LOGIT_TOL = 1e-3  # inference logits: max abs error / max(1, max|ref|)
+UPDATE_RTOL = 1e-3  # each tensor's update in each SGD step: ||got - ref|| / ||ref|| (float32 gives <= 8.4e-5)
+SLACK = 10.0  # ... plus this many times NumPy's own float32 error on that tensor and step (its conditioning)
+# ... and never more than this, whatever the conditioning: an update 3/4 of its norm away from the reference's
+# is not that update (a frozen layer's is 1). The largest measured of correct code: 0.52, bfloat16 VGG-10's
+# first dense layer in TensorFlow XLA and JAX; ResNet-50 in bfloat16: 0.32.
+MAX_UPDATE_ERR = 0.75
+# NumPy's float32 error is one draw of rounding. Another correct order of the same sums is another
+# draw, and where a step is not smooth (a ReLU input or a max-pool tie within rounding of its
+# switch, as in ResNet-50 at batch 2) draws differ many-fold: ResNet-50's 16.2.W in the gate's
+# second SGD step is 2.0e-4 off in NumPy 1.26's OpenBLAS order and up to 7.4e-4 over 8 draws there,
+# 5.2e-3 in NumPy 2.4's order, and JAX 0.7.1 on a Zen 5 was 5.2e-3 off. The float32 emulation
+# therefore runs DRAWS times, every weight and input moved by a random relative error within
+# float32's unit roundoff in all but the first (Monte Carlo arithmetic, Parker 1997), and a
+# tensor's error is its largest over the draws. Smooth steps are unmoved by it: the largest
+# allowance of the MLP, LeNet, VGG-10, ResNet-20 and the LSTM is the same with 1 draw and with 8
+# (studies/float32_draws.py).
+DRAWS = 8
+
+
+def _initial(model: ModelSpec) -> dict[str, np.ndarray]:
+    return {k: v.astype(np.float64) for k, v in init_params(model).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _reference_logits(name: str, batch: int, data_dir: str) -> np.ndarray:
+    """NumPy's inference logits on batch 0 from the initial weights."""
+    model = catalogue.get(name)
+    x, _ = datasets.batch(model, batch, data_dir)
+    return reference.forward(model, _initial(model), x.astype(np.float64))
+
+
+@functools.lru_cache(maxsize=4)
+def _first_pass(name: str, batch: int, data_dir: str, unbiased_var: bool) -> tuple[float, dict, dict]:
+    """NumPy's training pass on batch 0 from the initial weights: loss, gradients, running
+    statistics. gate_lr() and the first reference step share it."""
+    model = catalogue.get(name)
+    x, y = datasets.batch(model, batch, data_dir)
+    return reference.loss_and_grads(model, _initial(model), x.astype(np.float64), y, unbiased_var)
+
+
+def gate_lr(name: str, batch: int, data_dir: str, unbiased_var: bool = False) -> float:
+    """The gate's learning rate: GATE_LR, or less where the first step's first-order loss decrease
+    (lr * |gradient|^2) would pass MAX_DROP of the loss. Past that the step leaves the region
+    where the loss is close to linear (ResNet-50 at 0.1 predicts 15 times its loss), the second
+    step's gradient amplifies the first step's float32 rounding, and two float32 runs of correct
+    code part: the step's conditioning, not the code, would decide the gate. The study's models
+    up to ResNet-20 stay at GATE_LR. (`unbiased_var` changes only the running statistics, not
+    the rate: it selects the shared first pass.)"""
+    loss, grads, _ = _first_pass(name, batch, data_dir, unbiased_var)
+    drop = GATE_LR * sum(float(np.sum(g * g)) for g in grads.values()) / loss
+    return GATE_LR * min(1.0, MAX_DROP / drop)
+
+
+@functools.lru_cache(maxsize=4)
+def reference_sgd(
+    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool = False
+) -> tuple[list, list]:
+    """NumPy's losses over `steps` plain-SGD steps at gate_lr() from the initial weights, and the
+    parameters (with the running statistics) before the first step and after each. The
+    framework's conventions come with it: `lstm_biases` and `unbiased_var` (NativeModel's)."""
+    model = catalogue.get(name)
+    params, losses, trajectory = _initial(model), [], []
+    trajectory.append(params)
+    lr = gate_lr(name, batch, data_dir, unbiased_var)
+    for i in range(steps):
+        if i == 0:
+            loss, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
+        else:
+            xi, yi = datasets.batch(model, batch, data_dir, i)
+            loss, grads, state = reference.loss_and_grads(model, params, xi.astype(np.float64), yi, unbiased_var)
+        params = reference.sgd_update(model, params, grads, state, lr, lstm_biases)
+        losses.append(loss)
+        trajectory.append(params)
+    return losses, trajectory
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """How far the reference itself lands from float64 when it computes as a framework does in a
+    precision: float32 arrays throughout, or mixed precision emulated (precision.rounder). Per SGD
+    step: each tensor's update error (as check_update measures it), the update error of all
+    trained tensors together, and the loss's error; for inference, the logits' errors."""
+
+    updates: tuple[dict[str, float], ...] = ()
+    total: tuple[float, ...] = ()
+    loss: tuple[float, ...] = ()
+    logits_max: float = 0.0  # max |logits - float64's|
+    logits_rel: float = 0.0  # ||logits - float64's|| / ||float64's||
+
+
+def _run_in(dtype: str, model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray | None, unbiased_var: bool,
+            draw: int = 0):
+    """The reference's training pass (loss, grads, state), or with y None its inference logits,
+    as computed in `dtype`: float32 arrays, or float64 rounded to a low precision. In float32, a
+    `draw` past 0 first moves every weight and input by a random relative error within float32's
+    unit roundoff (seeded by the draw): another rounding of the same computation (DRAWS)."""
+    lowp = precision.rounder(dtype)
+    if lowp is None:
+        if draw:
+            rng, u = np.random.default_rng(draw), float(precision.UNIT_ROUNDOFF["float32"])
+            jitter = lambda a: a * (1 + u * rng.uniform(-1.0, 1.0, np.shape(a)))
+            params, x = {k: jitter(v) for k, v in params.items()}, jitter(x)
+        params, x = {k: v.astype(np.float32) for k, v in params.items()}, x.astype(np.float32)
+    if y is None:
+        return reference.forward(model, params, x, lowp)
+    return reference.loss_and_grads(model, params, x, y, unbiased_var, lowp)
+
+
+@functools.lru_cache(maxsize=8)
+def emulated_errors(
+    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool, dtype: str
+) -> Emulation:
+    """The reference's SGD steps run in `dtype` along their own trajectory (as a framework's run
+    goes), each step's update against the float64 step's. That is the step's conditioning at that
+    precision, measured rather than assumed: ~1e-6 for the MLP in float32, but in a deep
+    batch-normalised net a tensor whose step barely moves it (a batch-norm scale moved by 1e-6 of
+    its norm) or whose gradient passes a channel of near-zero batch variance is a few percent off
+    in any float32 code; in bfloat16 a gradient that sums thousands of products with cancellation
+    loses most of its 8 bits, and updates are 0.2% to 50% off."""
+    model = catalogue.get(name)
+    want_losses, trajectory = reference_sgd(name, batch, data_dir, steps, lstm_biases, unbiased_var)
+    lr = gate_lr(name, batch, data_dir, unbiased_var)
+    master = np.float64 if precision.rounder(dtype) else np.float32  # the weights' own type (emulated amp's: exact)
+    updates, totals, losses = [{} for _ in range(steps)], [0.0] * steps, [0.0] * steps
+    batches = [datasets.batch(model, batch, data_dir, i) for i in range(steps)]
+    for draw in range(DRAWS if precision.rounder(dtype) is None else 1):
+        params = trajectory[0]
+        for i, (xi, yi) in enumerate(batches):
+            loss, grads, state = _run_in(dtype, model, params, xi.astype(np.float64), yi, unbiased_var, draw)
+            wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
+            got = reference.sgd_update(model, params, wide(grads), wide(state), lr, lstm_biases)
+            got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
+            before, after = trajectory[i], trajectory[i + 1]
+            for k in after:
+                err = _relative(got[k] - params[k], after[k] - before[k], after[k])
+                updates[i][k] = max(updates[i].get(k, 0.0), err)
+            totals[i] = max(totals[i], total_error(params, got, before, after))
+            losses[i] = max(losses[i], abs(float(loss) - want_losses[i]) / max(1.0, abs(want_losses[i])))
+            params = got
+    return Emulation(tuple(updates), tuple(totals), tuple(losses))
+
+
+@functools.lru_cache(maxsize=8)
+def emulated_logits(name: str, batch: int, data_dir: str, dtype: str) -> Emulation:
+    """The reference's inference logits computed in `dtype`, against float64's."""
+    model = catalogue.get(name)
+    x, _ = datasets.batch(model, batch, data_dir)
+    want = _reference_logits(name, batch, data_dir)
+    got = _run_in(dtype, model, _initial(model), x.astype(np.float64), None, False)
+    return Emulation(logits_max=float(np.max(np.abs(got - want))), logits_rel=_relative(got, want, want))
+
+
+def total_error(got_before: dict, got_after: dict, before: dict, after: dict) -> float:
+    """The update of every trained tensor together against the reference's, ||(got_after -
+    got_before) - (after - before)|| / ||after - before||: one norm over thousands of values, which
+    no chance cancellation makes small."""
+    trained = [k for k in after if not is_state(k)]
+    wide = lambda d, k: np.asarray(d[k], np.float64)
+    diff = sum(float(np.sum((wide(got_after, k) - wide(got_before, k) - (after[k] - before[k])) ** 2)) for k in trained)
+    norm = sum(float(np.sum((after[k] - before[k]) ** 2)) for k in trained)
+    return float(np.sqrt(diff / max(norm, 1e-300)))
+
+
+def check_low_precision(what: str, got: float, float32: float, low: float, dtype: str) -> None:
+    """A result labelled mixed precision must be as far from float64 as a low-precision
+    computation lands, not as close as float32's: its error must pass the geometric mean of the
+    two emulated errors (they lie ~2^16 apart for bfloat16, 2^13 for float16, so a real
+    low-precision result clears the line by a factor of ~100 and a float32 one misses it by as
+    much). A step labelled amp that computes in float32 is not timed as amp."""
+    line = float(np.sqrt(max(float32, 1e-300) * low))
+    if not got > line:
+        raise CorrectnessError(f"{what}: the result is {got:.3g} from float64's, as close as float32 computes "
+                               f"({float32:.3g}), not {dtype} ({low:.3g}): the step does not run in {dtype}")
+
+
+def _relative(got: np.ndarray, want: np.ndarray, value: np.ndarray) -> float:
+    """||got - want|| relative to ||want|| (or to a millionth of the value's norm, if the want is 0)."""
+    got = np.asarray(got, dtype=np.float64)
+    scale = max(float(np.linalg.norm(want)), 1e-6 * float(np.linalg.norm(value)), 1e-30)
+    return float(np.linalg.norm(got - want)) / scale if got.shape == want.shape else np.inf
+
+
+def _change(a: np.ndarray, b: np.ndarray, step: np.ndarray) -> float:
+    """||a - b|| relative to the norm of the reference's `step`."""
+    return float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(step)), 1e-30)
+
+
+def check_loss(what: str, got: float, want: float, allowance: float = 0.0) -> float:
+    """The loss against NumPy's: within LOSS_RTOL, plus `allowance` (relative, the precision's)."""
+    err = abs(got - want)
+    if not np.isfinite(got) or err > (LOSS_RTOL + allowance) * max(1.0, abs(want)):
+        raise CorrectnessError(f"{what}: {got:.6g} != NumPy {want:.6g}")
+    return err
+
+
+def check_logits(what: str, got: np.ndarray, want: np.ndarray, allowance: float = 0.0) -> float:
+    """The largest |got - want| of logits against NumPy's; raises CorrectnessError past LOGIT_TOL x
+    max(1, max|want|) plus `allowance` (the precision's), or on a shape that differs."""
+    err = float(np.max(np.abs(got - want))) if got.shape == want.shape else np.inf
+    if not err <= LOGIT_TOL * max(1.0, float(np.max(np.abs(want)))) + allowance:
+        raise CorrectnessError(f"{what}: logits differ from NumPy by {err:.3g}")
+    return err
+
+
+def update_limit(name: str, emulated: float | None) -> float:
+    """How far a tensor's update may be from the reference's, relative to its norm: UPDATE_RTOL
+    plus SLACK times its emulated error in the precision, never past MAX_UPDATE_ERR. A running
+    mean or variance is held to its own error alone, SLACK times the emulated one (at least one
+    float32 rounding): its update is a batch statistic the framework computes as the reference
+    does, measured within 1.33 of the emulated error in every framework and mode (ResNet-20), and
+    a floor of 1e-3 let a biased running variance through at batch 128 (8.4e-5 off). Without an
+    emulation (the distributed gate) the plain rule applies."""
+    if emulated is not None and is_state(name):
+        return min(SLACK * max(emulated, float(precision.UNIT_ROUNDOFF["float32"])), MAX_UPDATE_ERR)
+    return min(UPDATE_RTOL + SLACK * (emulated or 0.0), MAX_UPDATE_ERR)
+
+
+def check_update(
+    case: Case, step: str, before: dict, after: dict, want_before: dict, want_after: dict,
+    emulated_error: dict | None = None,
+) -> float:
+    """The worst relative error of one SGD step's update over the parameter tensors: each
+    tensor's change (after - before) against NumPy's change, relative to the norm of NumPy's
+    change. Raises CorrectnessError past UPDATE_RTOL plus SLACK times `emulated_error` of the
+    tensor (emulated_errors(): the same step's own error in the precision), or past
+    MAX_UPDATE_ERR, naming the tensor. A tensor left unchanged,
+    trained at the wrong rate or on a stale or partial gradient fails here even where its
+    weights are still close to NumPy's; so does a running mean or variance moved with the wrong
+    momentum, from the wrong statistics, or not at all."""
+    worst = 0.0
+    for name, ref_after in want_after.items():
+        if name not in after:
+            raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the model has no parameter {name}")
+        got = np.asarray(after[name], dtype=np.float64) - np.asarray(before[name], dtype=np.float64)
+        err = _relative(got, ref_after - want_before[name], ref_after)
+        if not err <= update_limit(name, (emulated_error or {}).get(name)):
+            raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
+                                   f"in {step} differs from NumPy's by {err:.3g} of its norm")
+        worst = max(worst, err)
+    return worst
+
+
+def optimizer_update(model: ModelSpec, params: dict, grads: dict, state: dict, opt: Optimizer, lstm_biases: int,
+                     eps_corrected: bool) -> dict:
+    """The reference's first step of `opt` (the study's optimizer, as the timed step runs it) from
+    `params`: SGD at its rate, or Adam's first step with the framework's epsilon convention.
+    An optimizer the reference does not have is an error: a step that cannot be checked is not
+    timed."""
+    if opt.name == "sgd":
+        return reference.sgd_update(model, params, grads, state, opt.lr, lstm_biases)
+    if opt.name == "adam":
+        return reference.adam_update(model, params, grads, state, ({}, {}), 1, opt, lstm_biases, eps_corrected)[0]
+    raise CorrectnessError(f"{model.name}: the reference has no optimizer {opt.name!r}; its timed step cannot be "
+                           "checked, so it is not timed")
+
+
+@functools.lru_cache(maxsize=8)
+def reference_timed_step(
+    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
+) -> tuple[dict, dict]:
+    """The parameters (with running statistics) after the first timed step, the model's own
+    optimizer on batch 0 from the initial weights, in float64; and each tensor's update error
+    when the same step's pass runs in `dtype` and the weights are stored as the framework stores
+    them (its conditioning, measured as emulated_errors() measures the gate's steps)."""
+    model = catalogue.get(name)
+    initial, opt = _initial(model), model.optimizer
+    _, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
+    want = optimizer_update(model, initial, grads, state, opt, lstm_biases, eps_corrected)
+    x, y = datasets.batch(model, batch, data_dir)
+    wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
+    low = precision.rounder(dtype) is not None
+    master = np.float64 if low else np.float32
+    errors = dict.fromkeys(want, 0.0)
+    for draw in range(1 if low else DRAWS):
+        _, low_grads, low_state = _run_in(dtype, model, initial, x.astype(np.float64), y, unbiased_var, draw)
+        low_grads, low_state = wide(low_grads), wide(low_state)
+        got = optimizer_update(model, initial, low_grads, low_state, opt, lstm_biases, eps_corrected)
+        got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
+        errors = {k: max(errors[k], _relative(got[k] - initial[k], want[k] - initial[k], want[k])) for k in want}
+        if opt.name == "sgd" and not low:
+            continue
+        # Another correct framework rounds elsewhere: each gradient element may lie up to twice
+        # the emulation's error on either side of the emulated one, and the step's allowance is the
+        # largest change of the update over that interval (its derivative is monotonic, the ends
+        # bound it). Under SGD the update is the gradient, its elements' errors add in quadrature
+        # over the tensor and the emulation's own are a fair draw. Adam divides each element by
+        # its own size, so an element near zero moves its whole step under an error that another
+        # order puts on it and NumPy's did not: there every element may be as far off as the
+        # tensor's worst (cuDNN's LSTM put a 0.Wx gradient element of 1.6e-9 at -8.3e-9, 30 times
+        # NumPy's float32 error on that element and within its 1.4e-8 on the tensor's worst; in
+        # bfloat16, TensorFlow XLA's LSTM step is 24% off on the last dense layer, 8 times what
+        # NumPy's own elements allowed), except where both make an exact 0 (a dead unit).
+        spread = {k: 2 * np.abs(low_grads[k] - grads[k]) for k in grads}
+        if opt.name != "sgd":
+            spread = {k: np.where((grads[k] == 0) & (low_grads[k] == 0), 0.0, d.max()) for k, d in spread.items()}
+        for sign in (1.0, -1.0):
+            moved = {k: g + sign * spread[k] for k, g in low_grads.items()}
+            other = optimizer_update(model, initial, moved, low_state, opt, lstm_biases, eps_corrected)
+            other = {k: v.astype(master).astype(np.float64) for k, v in other.items()}
+            errors = {k: max(errors[k], _change(other[k], got[k], want[k] - initial[k])) for k in want}
+    return want, errors
+
+
+def check_timed_step(case: Case, native, before: dict, lowp: str, data_dir: str) -> float:
+    """The step that is timed, checked after its first call: every tensor's update by the
+    study's own optimizer (Adam, SGD at the study's rate) against the reference's, within what
+    the precision allows. The gate's SGD steps prove the gradients; this proves the update rule,
+    its rate and its constants, which the gate's SGD never runs."""
+    model = catalogue.get(case.name)
+    opt = model.optimizer
+    want, allowed = reference_timed_step(case.name, case.p["batch"], data_dir, *conventions(case.name, native),
+                                         native.adam_eps_corrected, lowp)
+    step = f"the timed {opt.name} step (lr {opt.lr:g})"
+    return check_update(case, step, before, native.get_params(), _initial(model), want, allowed)
+
+
+def conventions(name: str, native) -> tuple[int, bool]:
+    """The framework's conventions that change the reference of this model: its LSTM bias count
+    where the model has an LSTM, its running-variance estimator where it has batch norm. Frameworks
+    that differ only in what the model lacks share one reference and one emulation."""
+    model = catalogue.get(name)
+    kinds = {type(layer) for _, layer, _ in walk(model.layers, model.input_shape)}
+    return (native.lstm_biases if LSTM in kinds else 1, native.unbiased_var if BatchNorm in kinds else False)
+
+
+def scalar(backend: Backend, loss) -> float:
+    """A framework's loss (any shape of one element) as a Python float; waits for it."""
+    return float(backend.to_numpy(loss).reshape(-1)[0])
+
+
+def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str) -> float:
+    """Run SGD_STEPS plain-SGD steps at the gate's rate; compare each loss and each step's update
+    of every parameter tensor with NumPy's, within what the case's precision allows (for amp, and
+    the check that it computes in low precision at all). Returns the worst relative update error."""
+    model = catalogue.get(case.name)
+    batch = case.p["batch"]
+    key = (case.name, batch, data_dir, SGD_STEPS, *conventions(case.name, native))
+    want_losses, trajectory = reference_sgd(*key)
+    lowp = precision.compute_dtype(case.dtype, case.device)
+    allowed = emulated_errors(*key, lowp)
+    sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir, key[-1]))
+    before, worst = native.get_params(), 0.0
+    what = f"{case.framework} {case.mode} {case.name}"
+    for i, want in enumerate(want_losses):
+        x, y = native.inputs(*datasets.batch(model, batch, data_dir, i))
+        got = scalar(backend, native.train_step(x, y, sgd)())
+        check_loss(f"{what}: SGD step {i} loss", got, want, loss_allowance(allowed, i, want, lowp))
+        after = native.get_params()
+        worst = max(worst, check_update(case, f"SGD step {i}", before, after, trajectory[i], trajectory[i + 1],
+                                        allowed.updates[i]))
+        if i == 0 and lowp != "float32":
+            f32 = emulated_errors(*key, "float32")
+            check_low_precision(f"{what}: SGD step 0's update", total_error(before, after, *trajectory[:2]),
+                                f32.total[0], allowed.total[0], lowp)
+        before = after
+    return worst
+
+
+def loss_allowance(emulation: Emulation, step: int, loss: float, dtype: str) -> float:
+    """SLACK times the precision's own loss error in this step, and in low precision at least
+    SLACK times one rounding of the loss (a single scalar's error can cancel by chance)."""
+    floor = precision.UNIT_ROUNDOFF[dtype] * abs(loss) / max(1.0, abs(loss)) if dtype != "float32" else 0.0
+    return SLACK * max(emulation.loss[step], floor)
+
+
+def time_to_target(case: Case, backend: Backend, native, params: dict) -> dict:
+    """Time to target (opbench.suites.target) for the model's own optimizer on the generated
+    cluster problem, from the shared initial weights; the weights are reset afterwards."""
+    model = catalogue.get(case.name)
+    native.set_params(params)
+    x, y = native.inputs(*datasets.clusters(model, case.p["batch"]))
+    step = native.train_step(x, y, model.optimizer)
+    result = target.time_to_target(lambda: scalar(backend, step()), model.classes)
+    native.set_params(params)
+    return result
+
+
+def check_precision_ran(case: Case, native, x, y, lowp: str, loss=None) -> dict:
+    """What ran against what the precision promises, read from the framework
+    (NativeModel.product_dtypes: hooks, dtype policies, the traced program), not from the label:
+    every product (dense, convolution, LSTM layer) in `lowp`, the trained weights float32 masters,
+    the loss float32. Raises CorrectnessError naming the layer and the type; returns the
+    extra_info entries: compute_dtype (as observed) and compute_types (everything seen)."""
+    what = f"{case.framework} {case.mode} {case.name} ({case.dtype})"
+    seen = native.product_dtypes(x, y)
+    if seen is None:
+        return {"compute_dtype": lowp, "compute_types": f"not observed: the label ({case.framework} cannot say)"}
+    weights, kinds = seen.pop("weights", "float32"), native.compute_layers()
+    for where, dtype in seen.items():
+        if dtype != lowp:
+            layer = f"layer {where} ({kinds[where]})" if where in kinds else where
+            raise CorrectnessError(f"{what}: {layer} computed in {dtype}, not {lowp}")
+    if weights != "float32":
+        raise CorrectnessError(f"{what}: the trained weights are {weights}, not float32 masters")
+    seen["weights"] = weights
+    if loss is not None:
+        seen["loss"] = precision.dtype_name(loss.dtype)
+        if seen["loss"] != "float32":
+            raise CorrectnessError(f"{what}: the loss is computed in {seen['loss']}, not float32")
+    return {"compute_dtype": lowp if seen else "unknown", "compute_types": seen}
+
+
+def float32_twin(case: Case, backend: Backend, data_dir: str) -> None:
+    """A mixed-precision case's own build in float32 must pass the float32 gate first, its timed
+    step's update rule included: a mistake that amp's wider tolerance would hide (a batch-norm
+    epsilon, a momentum convention, an optimizer constant) is seen where it can be. Built and gated
+    before the amp model (a compiled mode's caches start anew
+    with each build)."""
+    twin = dataclasses.replace(case, dtype="float32")
+    model = catalogue.get(case.name)
+    native = backend.build(model, init_params(model), case.device, "float32", case.mode)
+    if case.direction == "training":
+        sgd_equivalence(twin, backend, native, data_dir)
+        params = init_params(model)
+        native.set_params(params)
+        x, y = native.inputs(*datasets.batch(model, case.p["batch"], data_dir))
+        native.train_step(x, y, model.optimizer)()
+        check_timed_step(twin, native, params, "float32", data_dir)
+    else:
+        x, _ = native.inputs(*datasets.batch(model, case.p["batch"], data_dir))
+        logits = backend.to_numpy(native.infer(x)()).astype(np.float64)
+        check_logits(f"{case.framework} {case.mode} {case.name} (float32 build of the amp case)", logits,
+                     _reference_logits(case.name, case.p["batch"], data_dir))
+
+
+def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
+    """Build the model, prove equivalence, and return the callable to time."""
+    model = catalogue.get(case.name)
+    batch = case.p["batch"]
+    lowp = precision.compute_dtype(case.dtype, case.device)
+    if lowp != "float32":
+        float32_twin(case, backend, data_dir)
+    params = init_params(model)
+    native = backend.build(model, params, case.device, case.dtype, case.mode)
+    x, y = native.inputs(*datasets.batch(model, batch, data_dir))
+    extra = {"batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
+             "data": "real" if data_dir else "synthetic", "precision": case.dtype}
+
+    if case.direction == "training":
+        param_err = sgd_equivalence(case, backend, native, data_dir)
+        key = (case.name, batch, data_dir, SGD_STEPS, *conventions(case.name, native))
+        want_loss = reference_sgd(*key)[0][0]
+        allowance = loss_allowance(emulated_errors(*key, lowp), 0, want_loss, lowp)
+        native.set_params(params)
+        run = native.train_step(x, y, model.optimizer)
+
+        def verify(result) -> float:
+            got = scalar(backend, result)
+            loss_err = check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss, allowance)
+            step_err = check_timed_step(case, native, params, lowp, data_dir)
+            extra.update(check_precision_ran(case, native, x, y, lowp, result))
+            return max(param_err, loss_err, step_err)
+    else:
+        want_logits = _reference_logits(case.name, batch, data_dir)
+        allowed = emulated_logits(case.name, batch, data_dir, lowp).logits_max if lowp != "float32" else 0.0
+        run = native.infer(x)
+
+        def verify(result) -> float:
+            logits = backend.to_numpy(result).astype(np.float64)
+            err = check_logits(f"{case.framework} {case.mode} {case.name}", logits, want_logits, SLACK * allowed)
+            extra.update(check_precision_ran(case, native, x, y, lowp))
+            if lowp != "float32":
+                f32, low = (emulated_logits(case.name, batch, data_dir, t).logits_rel for t in ("float32", lowp))
+                check_low_precision(f"{case.framework} {case.mode} {case.name}: logits",
+                                    _relative(logits, want_logits, want_logits), f32, low, lowp)
+            return err
+
+    call = synchronised(run, backend, case.device)
+    prepared = Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
+                        peak_memory=native.peak_memory)
+    if case.direction == "training":
+        prepared.after_timing = lambda: time_to_target(case, backend, native, params)
+    return prepared

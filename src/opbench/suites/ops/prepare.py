@@ -1,0 +1,228 @@
+"""Turning an operator Case into a synchronised callable and the check of its result.
+
+Inputs are made and converted here, outside anything timed; the callable returned runs the
+operation once and waits for the device, so timing it measures the work and nothing less.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from opbench import frameworks
+from opbench.core import inputs
+from opbench.core.case import Case
+from opbench.core.layouts import from_native, to_native
+from opbench.frameworks.base import Backend, Unavailable
+from opbench.workloads import ops
+from opbench.workloads.models import precision
+
+
+class CorrectnessError(AssertionError):
+    """A result differs from the NumPy reference (or is NaN/Inf); the benchmark is not timed."""
+
+
+@dataclass
+class Prepared:
+    """A case ready to time: call() runs it once, synchronised; verify(result) returns the
+    largest error against the reference or raises CorrectnessError."""
+
+    case: Case
+    backend: Backend
+    call: Callable[[], Any]
+    verify: Callable[[Any], float]
+    flops: float | None
+    bytes: float
+    layout: str
+    extra: dict[str, Any] = field(default_factory=dict)  # more extra_info (models: batch, params)
+    items: int = 0  # samples per call, for throughput (models)
+    peak_memory: Callable[[], int | None] | None = None  # the framework allocator's peak (GPU)
+    after_timing: Callable[[], dict[str, Any]] | None = None  # more metrics, measured after timing
+    algorithm_gain: float = 1.0  # the most FLOPs a known fast algorithm saves against `flops`
+
+    def per_second(self, seconds: float) -> dict[str, float]:
+        """Throughput figures for extra_info: samples and batches per second (models only)."""
+        if not self.items:
+            return {}
+        return {"samples_per_s": self.items / seconds, "batches_per_s": 1 / seconds}
+
+
+def require_framework(framework: str, device: str) -> Backend:
+    """The framework's backend, loaded; raises Unavailable when it or the device is not here."""
+    backend = frameworks.load(framework)
+    if device == "gpu":
+        reason = backend.gpu_unavailable()
+        if reason:
+            raise Unavailable(reason)
+    return backend
+
+
+def require(case: Case) -> Backend:
+    """The backend that runs `case`; raises Unavailable with the reason when it cannot run here."""
+    backend = require_framework(case.framework, case.device)
+    if case.mode not in backend.modes:
+        raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
+    dtype = precision.compute_dtype(case.dtype, case.device) if case.is_model else case.dtype
+    if dtype not in backend.dtypes(case.device):
+        raise Unavailable(f"{case.framework} does not compute in {dtype} on the {case.device}")
+    if case.is_model and case.dtype == "amp":
+        reason = backend.amp_unavailable(case.device)
+        if reason:
+            raise Unavailable(reason)
+    if not case.is_model:
+        spec = ops.get(case.name)
+        if spec.creation and case.mode != "eager":
+            raise Unavailable("creation operators are measured in eager mode only: a compiled graph hoists them")
+        if case.direction not in backend.framework.directions:
+            raise Unavailable(f"{case.framework} computes {' and '.join(backend.framework.directions)} passes only")
+        if case.name in backend.framework.lacks or backend.op(case.name) is None:
+            raise Unavailable(f"{case.framework} has no implementation of {case.name}")
+    return backend
+
+
+@functools.lru_cache(maxsize=8)
+def host_inputs(name: str, label: str, params: tuple, dtype: str) -> tuple[np.ndarray, ...]:
+    """The operator's inputs for this problem and dtype, the same for every framework."""
+    spec = ops.get(name)
+    made = spec.inputs(inputs.rng(name, label), dict(params))
+    return tuple(inputs.host_array(a, dtype) for a in made)
+
+
+def _cotangent(case: Case, shape: tuple[int, ...]) -> np.ndarray:
+    r = inputs.rng(case.name, case.label, "cotangent")
+    return inputs.host_array(r.standard_normal(shape).astype(np.float32), case.dtype)
+
+
+def _compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, tol: float,
+             floor: np.ndarray | float | None = None, absolute: np.ndarray | float | None = None) -> float:
+    """max|got - want|, after checking every element against tol * (|want| + floor) (floor: the
+    RMS of `want` unless the operator says what its rounding error scales with)."""
+    err = ops.max_error(got, want)
+    if np.isfinite(err):
+        diff = np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want)
+        limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor, absolute)
+        worst = np.unravel_index(np.argmax(diff - limit), want.shape) if want.size else ()
+        if not want.size or diff[worst] <= limit[worst]:
+            return err
+    if np.size(got) != want.size:
+        detail = f"shape {np.shape(got)} != {want.shape}"
+    elif not np.isfinite(err):
+        detail = "NaN or infinity in the result"
+    else:
+        detail = (f"element {tuple(int(i) for i in worst)} is {float(np.asarray(got).reshape(want.shape)[worst]):.6g}, "
+                  f"NumPy {float(want[worst]):.6g}: off by {diff[worst]:.3g} > {limit[worst]:.3g} allowed "
+                  f"(rtol {tol:.3g}; max abs error {err:.3g})")
+    raise CorrectnessError(f"{case.framework} {case.mode} {case.name} {what} differs from NumPy: {detail}")
+
+
+def _capped(bound: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """A linear operator's per-element error magnitude (the operation on absolute values), capped
+    at max(1, max|ref|): the worst-case bound grows with the reduction length (a 65536-long dot
+    product would accept an error of 8), real rounding errors only with its square root."""
+    return np.minimum(bound, max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0)
+
+
+def synchronised(run: Callable[[], Any], backend: Backend, device: str) -> Callable[[], Any]:
+    """`run`, then wait for the device: what every timed call is."""
+
+    def call():
+        result = run()
+        backend.sync(device)
+        return result
+
+    return call
+
+
+def prepare(case: Case, backend: Backend) -> Prepared:
+    """Build the callable and its verification for an operator case."""
+    spec = ops.get(case.name)
+    impl = backend.op(case.name)
+    image, kernel = backend.image_layout(case.device), backend.kernel_layout
+    p = {**case.p, **spec.extra, "layout": image}
+    host = host_inputs(case.name, case.label, case.params, case.dtype)
+    exact = tuple(a.astype(np.float64) for a in host)
+    out_tol, grad_tol = ops.rtol(spec, case.dtype, True), ops.rtol(spec, case.dtype, False)
+    magnitude = tuple(np.abs(a) for a in exact)
+    want = spec.reference(p, *exact)
+    floor = spec.floor(p, *exact) if spec.floor else None
+    absolute = ops.absolute_allowance(spec, p, exact, case.dtype)
+    if spec.linear:
+        floor = _capped(spec.reference(p, *magnitude), want)
+
+    if spec.creation:
+        args = [a.tolist() if spec.extra.get("as_list") else a for a in host]
+        run = backend.creation(impl, p, args, case.device, case.dtype)
+
+        def verify(result):
+            got = backend.to_numpy(result)
+            if spec.check:
+                try:
+                    return spec.check(p, exact, got)
+                except AssertionError as exc:  # the check's own failure is a correctness failure like any
+                    raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: {exc}") from None
+            return _compare("output", got, want, case, out_tol, floor, absolute)
+    else:
+        native = [
+            backend.from_numpy(to_native(a, arg.kind, image, kernel), case.device, case.dtype)
+            for a, arg in zip(host, spec.args, strict=True)
+        ]
+
+        def to_host(t, kind):
+            return from_native(backend.to_numpy(t), kind, image, kernel)
+
+        if case.direction == "forward":
+            run = backend.forward(impl, p, native, case.mode, case.device)
+
+            def verify(result):
+                return _compare("output", to_host(result, spec.output_kind), want, case, out_tol, floor, absolute)
+        else:
+            ct = _cotangent(case, want.shape)
+            ct_native = backend.from_numpy(to_native(ct, spec.output_kind, image, kernel), case.device, case.dtype)
+            want_grads = spec.vjp(p, exact, ct.astype(np.float64))
+            # gradients: per element for linear operators; otherwise, as one bound scaled by the
+            # largest gradient (their rounding error scales with terms that cancel: a layer-norm
+            # gradient over two features is exactly zero)
+            if spec.linear:
+                bounds = spec.vjp(p, magnitude, np.abs(ct).astype(np.float64))
+                grad_floors = [_capped(b, w) for b, w in zip(bounds, want_grads, strict=True)]
+            else:
+                grad_floors = [max(1.0, float(np.max(np.abs(w)))) - np.abs(w) for w in want_grads]
+            grad_abs = ops.gradient_allowance(spec, p, exact, case.dtype, want_grads)
+            argnums = spec.grad_argnums
+            run = backend.backward(impl, p, native, argnums, ct_native, case.mode, case.device)
+
+            def verify(result):
+                out, grads = result
+                if len(grads) != len(argnums):
+                    raise CorrectnessError(f"{case.framework} returned {len(grads)} gradients, expected {len(argnums)}")
+                errs = [_compare("output", to_host(out, spec.output_kind), want, case, out_tol, floor, absolute)]
+                for i, g, w, f, a in zip(argnums, grads, want_grads, grad_floors, grad_abs, strict=True):
+                    arg = spec.args[i]
+                    errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f, a))
+                return max(errs)
+
+    call = synchronised(run, backend, case.device)
+    low = case.dtype in ("float16", "bfloat16")
+    computed = backend.products_computed_in(impl, p, native, case.mode, case.device) if low and not spec.creation \
+        else None
+    itemsize = 2 if low else 4
+    flops, nbytes, flops_exact = spec.cost(p, case.direction, exact, int(np.size(want)), itemsize)
+    layout = image if any(a.kind == "image" for a in spec.args) else "-"
+    gain = spec.algorithm_gain(p) if spec.algorithm_gain else 1.0
+    extra = {"flops_exact": flops_exact}
+    if computed:  # what the framework's compiled program says its products ran in (a 16-bit label may be float32)
+        extra["computed_in"] = computed
+    return Prepared(case, backend, call, verify, flops, nbytes, layout, extra=extra, algorithm_gain=gain)
+
+
+def verified(case: Case, backend: Backend) -> tuple[Prepared, float]:
+    """`case` prepared and checked against NumPy on one call: (prepared, its max abs error).
+    Correct before fast: everything that times a prepared case outside the benchmarks (the
+    breakdown's prediction, the thread calibration, the property tests) starts here; the
+    benchmarks' own setup times that first call too (suites.measure.setup)."""
+    prepared = prepare(case, backend)
+    return prepared, prepared.verify(prepared.call())

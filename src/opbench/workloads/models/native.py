@@ -1,0 +1,147 @@
+"""What every backend's model builder returns: a native model behind one small interface."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from opbench.workloads.models.spec import LSTM, BatchNorm, Conv2D, Dense, ModelSpec, Optimizer, walk
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one canonical parameter lives in a native model: the handle(s) of the native arrays
+    (two for a bias split in two, whose sum is the canonical value) and the layout maps."""
+
+    name: str
+    handles: tuple[Any, ...]
+    to_native: Callable[[np.ndarray], np.ndarray] | None = None
+    to_canonical: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+class NativeModel(abc.ABC):
+    """A model built by one framework from a ModelSpec and the canonical parameters.
+
+    `inputs` converts a NumPy batch once; `infer` and `train_step` return zero-argument callables
+    (tracing or compiling on their first call) that run one forward pass or one training step;
+    `trainer` a step function over any batch, its optimizer kept between calls (whole runs).
+    """
+
+    lstm_biases = 1  # bias vectors trained per LSTM gate set (PyTorch and MXNet: 2)
+    unbiased_var = False  # batch norm moves its running variance with the unbiased batch variance (PyTorch)
+    # Adam adds eps to the bias-corrected root, sqrt(v / (1 - beta2^t)) (PyTorch, opbench's JAX), or to
+    # sqrt(v) before the correction is folded into the rate (Keras, MXNet): eps / sqrt(1 - beta2^t) the other way
+    adam_eps_corrected = True
+
+    def __init__(self, spec: ModelSpec, device: str, dtype: str, mode: str) -> None:
+        self.spec, self.device, self.dtype, self.mode = spec, device, dtype, mode
+
+    @abc.abstractmethod
+    def inputs(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+        """The batch on the device, in the framework's layout."""
+
+    @abc.abstractmethod
+    def infer(self, x: Any) -> Callable[[], Any]:
+        """A callable returning the logits of batch x (no gradient tape)."""
+
+    @abc.abstractmethod
+    def trainer(self, optimizer: Optimizer) -> Callable[[Any, Any], Any]:
+        """A step function with one fresh optimizer that persists across its calls: step(x, y)
+        runs one training step (forward, loss, backward, update) on a batch made by inputs()
+        and returns the batch's loss before the update."""
+
+    def train_step(self, x: Any, y: Any, optimizer: Optimizer) -> Callable[[], Any]:
+        """A callable running one step on (x, y) with a fresh optimizer (the timed step)."""
+        step = self.trainer(optimizer)
+        return lambda: step(x, y)
+
+    def product_dtypes(self, x: Any, y: Any) -> dict[str, str] | None:
+        """What ran, read from the framework, not from the label: the type each product of the
+        model (a dense, convolution or LSTM layer, by its path; or the traced program's products
+        in order) computed in, and "weights": the type of the trained variables. Nothing it does
+        may change the model's state. None where the framework cannot say."""
+        return None
+
+    def compute_layers(self) -> dict[str, str]:
+        """The paths and kinds of the layers whose products mixed precision lowers."""
+        return {path: type(layer).__name__ for path, layer, _ in walk(self.spec.layers, self.spec.input_shape)
+                if isinstance(layer, (Dense, Conv2D, LSTM))}
+
+    @abc.abstractmethod
+    def _slots(self) -> Iterator[Slot]:
+        """Every canonical parameter's place in the native model."""
+
+    @abc.abstractmethod
+    def _read(self, handle: Any) -> np.ndarray:
+        """A float32 NumPy copy of a native parameter."""
+
+    @abc.abstractmethod
+    def _write(self, handle: Any, value: np.ndarray) -> None:
+        """Overwrite a native parameter with `value` (already in the native layout)."""
+
+    def set_params(self, params: dict[str, np.ndarray]) -> None:
+        """Load canonical parameters; a split bias gets the value in its first part, zeros in the rest."""
+        for slot in self._slots():
+            value = params[slot.name]
+            value = np.ascontiguousarray(slot.to_native(value) if slot.to_native else value)
+            self._write(slot.handles[0], value)
+            for rest in slot.handles[1:]:
+                self._write(rest, np.zeros_like(value))
+
+    def get_params(self) -> dict[str, np.ndarray]:
+        """The current parameters in the canonical layout."""
+        out = {}
+        for slot in self._slots():
+            value = sum(self._read(h) for h in slot.handles)
+            out[slot.name] = slot.to_canonical(value) if slot.to_canonical else value
+        return out
+
+    def peak_memory(self) -> int | None:
+        """The framework allocator's peak bytes on the GPU, where it can tell; None elsewhere."""
+        return None
+
+
+def batch_norm_slots(path: str, handles: tuple) -> Iterator[Slot]:
+    """A batch norm's four arrays, (gamma, beta, running mean, running variance), as every
+    framework stores them: per channel, no layout to map."""
+    for name, handle in zip(("gamma", "beta", "mean", "var"), handles, strict=True):
+        yield Slot(f"{path}.{name}", (handle,))
+
+
+def out_in_slots(spec: ModelSpec, handles: Callable[[str], tuple]) -> Iterator[Slot]:
+    """Slots for frameworks that store dense weights as (out, in), kernels as OIHW and LSTM weights
+    as (4H, in) with two biases (PyTorch, MXNet). `handles(path)` gives a layer's native arrays:
+    (weight, bias), for an LSTM (input weight, hidden weight, input bias, hidden bias), for a
+    batch norm (gamma, beta, running mean, running variance)."""
+    t = np.transpose
+    for path, layer, _ in walk(spec.layers, spec.input_shape):
+        if isinstance(layer, (Dense, Conv2D)):
+            weight, bias = handles(path)
+            dense = isinstance(layer, Dense)
+            yield Slot(f"{path}.W", (weight,), t if dense else None, t if dense else None)
+            if dense or layer.bias:
+                yield Slot(f"{path}.b", (bias,))
+        elif isinstance(layer, BatchNorm):
+            yield from batch_norm_slots(path, handles(path))
+        elif isinstance(layer, LSTM):
+            wx, wh, b_in, b_hidden = handles(path)
+            yield Slot(f"{path}.Wx", (wx,), t, t)
+            yield Slot(f"{path}.Wh", (wh,), t, t)
+            yield Slot(f"{path}.b", (b_in, b_hidden))
+
+
+def nhwc_dense_rows(w: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:
+    """Reorder a dense layer's input rows from (C, H, W) flattening to (H, W, C) flattening: what
+    a dense layer after Flatten needs when images are NHWC."""
+    c, h, wd = chw
+    return w.reshape(c, h, wd, -1).transpose(1, 2, 0, 3).reshape(c * h * wd, -1)
+
+
+def nchw_dense_rows(w: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:
+    """The inverse of nhwc_dense_rows."""
+    c, h, wd = chw
+    return w.reshape(h, wd, c, -1).transpose(2, 0, 1, 3).reshape(c * h * wd, -1)

@@ -1,0 +1,182 @@
+"""The steps docs/contributing/extending.md gives, each taken for real on a toy: a framework kept in
+a folder of its own, a forward-only inference engine, and an operator added to an existing family.
+Each is collected and run by pytest through the suite's own preparation and check."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opbench.frameworks import EXTRA_PATH
+from opbench.workloads import ops
+from tests.helpers import load_or_skip
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TOY = '''"""A toy framework: NumPy under another name (docs/contributing/extending.md, "A framework")."""
+
+from opbench.frameworks.base import Framework
+from opbench.frameworks.numpy.backend import NumpyBackend
+
+FRAMEWORK = Framework(name="toy", title="Toy", package="numpy", modes=("eager",), order=90, suites=("ops",))
+
+
+class ToyBackend(NumpyBackend):
+    framework = FRAMEWORK
+
+
+BACKEND = ToyBackend
+'''
+
+ENGINE = '''"""A forward-only inference engine with two operators (extending.md, "A forward-only engine")."""
+
+import numpy as np
+
+from opbench.frameworks.base import Backend, Framework
+from opbench.frameworks.numpy.backend import NumpyBackend
+
+FRAMEWORK = Framework(name="fwdonly", title="Forward-only", package="numpy", modes=("eager",), order=91,
+                      suites=("ops",), directions=("forward",), lacks={lacks!r})
+
+
+class _Ops:
+    relu = staticmethod(lambda p, x: np.maximum(x, 0))
+    gemm = staticmethod(lambda p, a, b: a @ b)
+
+
+class EngineBackend(Backend):
+    framework = FRAMEWORK
+
+    def version(self):
+        return "0.1"
+
+    def gpu_unavailable(self):
+        return "a CPU engine"
+
+    def dtypes(self, device):
+        return ("float32",)
+
+    def from_numpy(self, array, device, dtype):
+        return np.array(array, dtype=np.float32)
+
+    def to_numpy(self, tensor):
+        return np.asarray(tensor)
+
+    def sync(self, device):
+        pass
+
+    # its GEMM is NumPy's, so its threads are NumPy's BLAS threads (opbench observes them: a
+    # threads() that said 1 while the BLAS ran 2 failed with ThreadMismatch)
+    def set_threads(self, n):
+        NumpyBackend().set_threads(n)
+
+    def threads(self):
+        return NumpyBackend().threads()
+
+    def _ops_module(self):
+        return _Ops
+
+    def forward(self, impl, p, args, mode, device):
+        if mode != "eager":
+            raise self.no_mode(mode)
+        return lambda: impl(p, *args)
+
+
+BACKEND = EngineBackend
+'''
+
+
+def pytest_run(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", *args, "--benchmark-disable", "-p", "no:cacheprovider",
+                           "-q", "-rs", "--threads", "1"], cwd=cwd, env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=900, check=False)
+
+
+def framework_folder(root: Path, name: str, source: str) -> Path:
+    """Step 1 of a framework: its folder, with backend.py declaring it (and an empty __init__.py)."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "backend.py").write_text(source)
+    return root
+
+
+def test_a_framework_is_one_folder_kept_anywhere(tmp_path):
+    path = framework_folder(tmp_path, "toy", TOY)
+    out = pytest_run(ROOT, "benchmarks/ops/test_activations.py", "--framework", "toy", "-m", "relu or tanh",
+                     env={EXTRA_PATH: str(path)})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert re.search(r"\b4 passed\b", out.stdout), out.stdout[-2000:]  # relu and tanh, forward and backward
+
+
+def test_a_forward_only_engine_runs_forward_and_says_why_not_backward(tmp_path):
+    lacks = tuple(sorted(set(ops.REGISTRY) - {"relu", "gemm"}))
+    path = framework_folder(tmp_path, "fwdonly", ENGINE.replace("{lacks!r}", repr(lacks)))
+    out = pytest_run(ROOT, "benchmarks/ops/test_activations.py", "benchmarks/ops/test_linalg.py", "--framework",
+                     "fwdonly", "-m", "relu or gemm or tanh", env={EXTRA_PATH: str(path)})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert re.search(r"\b3 passed\b", out.stdout), out.stdout[-2000:]  # relu and the quick GEMMs, forward
+    assert "fwdonly computes forward passes only" in out.stdout  # their backward cases
+    assert "fwdonly has no implementation of tanh" in out.stdout
+
+
+def test_the_registry_test_holds_a_new_framework_to_its_declaration(tmp_path):
+    """A framework that implements an operator under a misspelt name fails the registry's
+    coverage test (it would otherwise be a silent skip)."""
+    lacks = tuple(sorted(set(ops.REGISTRY) - {"relu", "gemm"}))
+    source = ENGINE.replace("{lacks!r}", repr(lacks)).replace("    relu = staticmethod", "    rleu = staticmethod")
+    path = framework_folder(tmp_path, "fwdonly", source)
+    out = pytest_run(ROOT, "tests/test_registry.py", "-k", "implements_exactly and fwdonly",
+                     env={EXTRA_PATH: str(path)})
+    assert out.returncode == 1 and "implements unregistered operators ['rleu']" in out.stdout, out.stdout[-3000:]
+
+
+# The torch, TensorFlow, MXNet and JAX implementations of the new operator: one line each, beside relu's.
+SQUARE = {
+    "torch": "    square = staticmethod(lambda p, x: x * x)\n",
+    "tensorflow": "    square = staticmethod(lambda p, x: x * x)\n",
+    "mxnet": "    square = staticmethod(lambda F, p, x: x * x)\n",
+    "jax": "    square = staticmethod(lambda p, x: x * x)\n",
+}
+
+
+def test_an_operator_is_its_spec_and_one_line_per_framework(tmp_path):
+    """An operator in an existing family: its spec in workloads/ops/<family>.py (here one entry of
+    the element-wise table), then one line in each framework's operators. Nothing else: the
+    benchmark, its markers and its check come from the registry."""
+    for name in SQUARE:
+        load_or_skip(name)
+    tree = tmp_path / "opbench"
+    for part in ("src", "benchmarks"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("conftest.py", "pyproject.toml"):
+        shutil.copy(ROOT / part, tree / part)
+    spec = tree / "src/opbench/workloads/ops/activations.py"
+    text = spec.read_text()
+    entry = '    "relu": (lambda x: np.maximum(x, 0), lambda x, y: (x > 0).astype(x.dtype), 1),\n'
+    spec.write_text(text.replace(entry, entry + '    "square": (lambda x: x * x, lambda x, y: 2 * x, 1),\n'))
+    touched = [spec]
+    for framework, line in SQUARE.items():
+        backend = tree / f"src/opbench/frameworks/{framework}/backend.py"
+        lines = backend.read_text().splitlines(keepends=True)
+        at = next(i for i, s in enumerate(lines) if re.match(r"\s+relu = staticmethod", s))
+        backend.write_text("".join([*lines[:at + 1], line, *lines[at + 1:]]))
+        touched.append(backend)
+    out = pytest_run(tree, "benchmarks/ops/test_activations.py", "-m", "square", "--mode", "eager",
+                     env={"PYTHONPATH": str(tree / "src")})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    passed = int(re.search(r"\b(\d+) passed\b", out.stdout).group(1))
+    assert passed == 2 * 5, out.stdout[-2000:]  # forward and backward on NumPy and the four frameworks
+    assert len(touched) == 5
+
+
+@pytest.mark.parametrize("step", ["A framework", "A forward-only engine", "An operator"])
+def test_extending_md_gives_each_step_this_file_takes(step):
+    page = (ROOT / "docs/contributing/extending.md").read_text()
+    assert f"## {step}" in page and "tests/test_extending.py" in page
