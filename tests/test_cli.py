@@ -280,3 +280,29 @@ def test_saved_json_round_trips(tmp_path):
     path = gemm_runs(tmp_path, "a", [1e-3])[0]
     run = load_run(path)
     assert json.loads(path.read_text())["benchmarks"][0]["fullname"] in run.benchmarks
+
+
+def test_an_interrupted_command_leaves_no_worker_running_even_one_nobody_holds(tmp_path, monkeypatch):
+    """SIGTERM landing between a worker's start and its owner storing it left the worker running
+    after `opbench ab` ended (seen on a busy machine): every started worker is registered, and an
+    interrupted command kills whatever is still registered."""
+    from opbench.core.processes import LIVE, WorkerProcess
+
+    started = []
+
+    def interrupted(args):
+        started.append(WorkerProcess("baseline", ["sleep", "60"], {}, tmp_path / "w.log"))
+        raise KeyboardInterrupt  # before anyone could close it
+
+    monkeypatch.setattr(cli, "parser", lambda: _Parser(interrupted))
+    assert cli.main(["ab"]) == 130
+    (worker,) = started
+    assert worker.proc.poll() is not None and worker not in LIVE
+
+
+class _Parser:
+    def __init__(self, func):
+        self.func = func
+
+    def parse_args(self, argv):
+        return type("Args", (), {"func": staticmethod(self.func)})()

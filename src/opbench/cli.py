@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from opbench.core.files import NotWritable, writable_file, writable_folder
-from opbench.core.processes import WorkerFailure
+from opbench.core.processes import WorkerFailure, kill_all
 from opbench.harness.config import ConfigError, parse_count, parse_number
 from opbench.regression.process import DEFAULT_RUNS
 from opbench.results.compare import STATISTICS
@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opbench: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
+        kill_all()
         print("opbench: interrupted", file=sys.stderr)
         return 130
     finally:

@@ -48,15 +48,33 @@ def last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
+INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+LIVE: set[WorkerProcess] = set()  # every worker started and not yet killed, whoever holds it
+
+
+def kill_all() -> None:
+    """Kill every worker still running: the last step of an interrupted command, for workers
+    whose owner was interrupted before it could close them."""
+    for worker in list(LIVE):
+        worker.kill()
+
+
 class WorkerProcess:
     """One live worker: `python -m opbench.regression.worker` of an environment, its stderr in `log`."""
 
     def __init__(self, side: str, command: list[str], env: dict[str, str], log: Path) -> None:
         # `side` names the worker in every message: "the {side} worker died ..."
         self.side, self.log = side, log
-        with open(log, "ab") as err:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                         env=env, start_new_session=True)
+        # Started and registered with SIGINT and SIGTERM held back: an interrupt that landed between
+        # the fork and the registration left a worker nobody closes (seen on a busy machine).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+        try:
+            with open(log, "ab") as err:
+                self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                             env=env, start_new_session=True)
+            LIVE.add(self)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self._buffer = b""
         self._exit_sent = False
 
@@ -121,6 +139,7 @@ class WorkerProcess:
                 pass
         self.proc.wait()
         self._close_pipes()
+        LIVE.discard(self)
 
     def request_exit(self) -> None:
         """Ask the worker to exit, without waiting (several workers then finish together)."""
