@@ -194,9 +194,11 @@ def test_what_measure_writes_is_what_the_results_read():
     reads back as the same subject, direction, device, dtype and size."""
     from opbench.core import schema
     from opbench.results.store import Bench
+    from opbench.suites.distributed.cases import DistCase
     from opbench.suites.measure import identity
 
-    for case in (gemm_case(), Case.model("lenet", "training", "torch", 8, precision="amp")):
+    dist = DistCase("torch", "cpu", "ddp", "sync", 2, "float32", "mlp", 128, "strong")
+    for case in (gemm_case(), Case.model("lenet", "training", "torch", 8, precision="amp"), dist):
         extra = identity(case, frameworks.load("numpy"), 2, 1e-6)
         got = Bench("f", "n", case.group, 1.0, 0.0, 1.0, 1, extra).identity
         kind = "model" if case.is_model else "op"

@@ -27,6 +27,7 @@ class DistCase:
     batch: int  # the model's batch: the global batch (strong scaling) or each worker's (weak)
     scaling: str
     kind = "dist"
+    is_model = True  # a model's training step, saved under "model" like the single-process one
     family = "distributed"
     direction = "training"
 
