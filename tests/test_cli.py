@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import re
@@ -216,6 +217,8 @@ def test_the_report_reads_the_percentiles_measure_records():
 
 
 def test_html_and_png_output(tmp_path):
+    from opbench.results.htmlpage import caption
+
     benches = [bench(f"test_gemm[{fw}-cpu-eager-float32-{s}x{s}x{s}]", t * s**3 / 64**3,
                      group=f"gemm-forward[cpu-float32-{s}x{s}x{s}]", framework=fw, flops=2 * s**3)
                for fw, t in (("torch", 1e-4), ("numpy", 2e-4)) for s in (64, 128, 256)]
@@ -233,8 +236,9 @@ def test_html_and_png_output(tmp_path):
     for name in pngs:
         png = (plots / name).read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 1000
-        assert f'alt="{name}"' in text
+        assert f'title="{name}"' in text and f"<code>{name}</code>" in text
         assert base64.b64encode(png).decode() in text
+        assert "From run r (one run); cpu, " in caption(plots / name)  # where the data came from
     assert "median time" in text and "speedup over NumPy" in text
 
 
@@ -304,5 +308,78 @@ class _Parser:
     def __init__(self, func):
         self.func = func
 
-    def parse_args(self, argv):
-        return type("Args", (), {"func": staticmethod(self.func)})()
+    def parse_known_args(self, argv):
+        return type("Args", (), {"func": staticmethod(self.func)})(), []
+
+
+def test_one_run_per_side_gives_no_verdict_and_exits_0(tmp_path):
+    """Two single runs of one environment differ by run-to-run noise: the ratio is shown with no
+    verdict and exit 0, unless a single-run threshold is asked for explicitly."""
+    base = write(tmp_path / "a.json", [bench("test_x", 1.0e-3), bench("test_y", 1.0e-3)])
+    cand = write(tmp_path / "b.json", [bench("test_x", 1.3e-3), bench("test_y", 0.7e-3)])
+    code, out, err = run_cli("compare", str(base), "--", str(cand))
+    assert code == 0, out + err
+    assert re.search(r"test_x .*1\.300 .*one run per side .*no interval", out), out
+    assert "0 regressions, 0 improvements" in out and "2 without a verdict (one run per side)" in out
+    code, out, _ = run_cli("compare", str(base), "--", str(cand), "--single-run-threshold", "10")
+    assert code == 1 and re.search(r"test_x .*REGRESSION", out) and re.search(r"test_y .*improvement", out)
+    assert "blind to run-to-run noise" in out
+
+
+def test_the_same_run_on_both_sides_is_a_usage_error(tmp_path):
+    run = write(tmp_path / "a.json", [bench("test_x", 1.0e-3)])
+    copy = tmp_path / "copy.json"
+    copy.write_text(run.read_text())
+    for other in (run, copy):
+        code, _, err = run_cli("compare", str(run), "--", str(other))
+        assert code == 2 and "the same run is on both sides" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("form", ["{}", "file://{}"])
+def test_storage_takes_pytest_benchmarks_forms(tmp_path, form):
+    folder = tmp_path / "store" / "Linux-CPython-3.11-64bit"
+    folder.mkdir(parents=True)
+    write(folder / "0001_first.json", [bench("test_x", 1.0e-3)])
+    code, out, err = run_cli("report", "--storage", form.format(tmp_path / "store"))
+    assert code == 0 and "0001_first" in out, err
+
+
+def test_other_storage_kinds_are_refused_by_name():
+    code, _, err = run_cli("report", "--storage", "elasticsearch+https://host/index/doctype")
+    assert code == 2 and "file storage only" in err and len(err.strip().splitlines()) == 1
+
+
+def test_version():
+    from opbench import __version__
+
+    code, out, _ = run_cli("--version")
+    assert code == 0 and out.strip() == f"opbench {__version__}"
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "upgrade-check", "ab"])
+def test_every_command_explains_itself(command):
+    """--help: a description, at least one example, every exit code; no short option a user could
+    mistake for pytest's (pytest's options go after '--')."""
+    code, out, _ = run_cli(command, "--help")
+    assert code == 0
+    description = out.split("\n\n")[1]
+    assert len(description.split()) > 8, description
+    assert f"\n  opbench {command} " in out.split("examples:")[1]
+    codes = out.split("exit codes:")[1]
+    assert all(f"\n  {c}  " in codes for c in ("0", "2", "130"))
+    sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    shorts = [o for a in sub._actions for o in a.option_strings if not o.startswith("--")]
+    assert shorts == ["-h"], shorts
+
+
+def test_compare_usage_names_the_candidate():
+    _, out, _ = run_cli("compare", "--help")
+    assert out.startswith("usage: opbench compare") and "-- CANDIDATE" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("command", [["upgrade-check", "--candidate", "jax==0.10.2"],
+                                     ["ab", "--baseline-python", sys.executable, "--candidate-python", sys.executable]])
+def test_pytest_options_without_the_dashes_get_a_hint(command):
+    code, _, err = run_cli(*command, "benchmarks/ops", "-m", "gemm")
+    assert code == 2 and "unrecognized arguments: -m" in err and "go after '--'" in err
+    assert len(err.strip().splitlines()) == 1

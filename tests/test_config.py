@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from opbench.harness import config
@@ -40,3 +42,16 @@ def test_bad_values_raise_config_error(raw):
 def test_thread_list_and_all():
     s = resolve({"threads": "1,2", "framework": "all"}, environ={})
     assert s.threads == (1, 2) and s.frameworks == config.FRAMEWORKS
+
+
+@pytest.mark.parametrize("option, bad", [(o.name, "nonsense") for o in config.OPTIONS
+                                         if o.name not in ("data_dir",)])
+def test_a_bad_value_is_reported_under_the_variable_it_came_from(option, bad):
+    """OPBENCH_FRAMEWORK=pytorch and OPBENCH_THREADS=abc alike name the variable, and the same bad
+    value given as the flag names the flag."""
+    opt = next(o for o in config.OPTIONS if o.name == option)
+    with pytest.raises(ConfigError, match=f"^{re.escape(opt.flag)} \\(from {opt.env}\\)"):
+        resolve({}, environ={opt.env: bad})
+    with pytest.raises(ConfigError) as given:
+        resolve({option: bad}, environ={})
+    assert str(given.value).startswith(opt.flag) and opt.env not in str(given.value)

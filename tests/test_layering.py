@@ -33,13 +33,18 @@ def _top(dotted: str) -> str:
     return dotted.split(".")[1] if dotted.startswith("opbench.") else "__init__"
 
 
+def _is_module(name: str) -> bool:
+    return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file()
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, opbench module) for every import of an opbench module in the file."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "opbench":
-            if node.module == "opbench":  # from opbench import backends, ops
-                found += [(node.lineno, f"opbench.{alias.name}") for alias in node.names]
+            if node.module == "opbench":  # from opbench import frameworks (a module), __version__ (a name)
+                found += [(node.lineno, f"opbench.{a.name}" if _is_module(a.name) else "opbench")
+                          for a in node.names]
             else:
                 found.append((node.lineno, node.module))
         elif isinstance(node, ast.Import):

@@ -5,7 +5,15 @@ import itertools
 import numpy as np
 import pytest
 
-from opbench.results.stats import Ratio, Rule, median_distribution, ratio_of_medians, verdict
+from opbench.results.stats import (
+    NO_INTERVAL,
+    Ratio,
+    Rule,
+    median_distribution,
+    ratio_of_medians,
+    single_run_verdict,
+    verdict,
+)
 
 
 @pytest.mark.parametrize("values", [[3.0], [2.0, 1.0], [1.0, 5.0, 2.0], [4.0, 1.0, 3.0, 2.0], [5, 1, 4, 2, 3],
@@ -71,12 +79,20 @@ def test_bad_times_are_rejected():
         (Ratio(0.90, 0.88, 0.93, (3, 3)), "improvement"),
         (Ratio(1.00, 0.90, 1.12, (3, 3)), "noisy"),
         (Ratio(1.00, 0.99, 1.01, (3, 3)), "unchanged"),
-        (Ratio(1.09, 1.09, 1.09, (1, 1)), "regression"),  # one run: must clear 3% + 5%
-        (Ratio(1.07, 1.07, 1.07, (1, 1)), "unchanged"),
     ],
 )
 def test_verdicts(ratio, verdict_):
     assert verdict(ratio, Rule()) == verdict_
+
+
+def test_one_run_per_side_gets_a_verdict_only_from_an_asked_threshold():
+    """A point interval cannot tell a change from run-to-run noise: no verdict, unless the user
+    asked for a threshold gate on the ratio alone."""
+    big, small = Ratio(1.30, 1.30, 1.30, (1, 1)), Ratio(1.07, 1.07, 1.07, (1, 1))
+    assert single_run_verdict(big, None) == single_run_verdict(small, None) == NO_INTERVAL
+    assert single_run_verdict(big, 0.10) == "regression"
+    assert single_run_verdict(small, 0.10) == "unchanged"
+    assert single_run_verdict(Ratio(0.8, 0.8, 0.8, (1, 1)), 0.10) == "improvement"
 
 
 def test_rule_thresholds_change_the_verdict():

@@ -66,7 +66,9 @@ def _compare_and_print(baseline, candidate, args) -> int:
     from opbench.results.compare import compare, format_text
 
     default, rules = _rules(args)
-    result = compare(baseline, candidate, default, rules, args.statistic, args.confidence / 100)
+    single = getattr(args, "single_run_threshold", None)
+    result = compare(baseline, candidate, default, rules, args.statistic, args.confidence / 100,
+                     single_run=None if single is None else single / 100)
     result.fail_on_noisy = args.fail_on_noisy
     print(format_text(result, markdown=getattr(args, "markdown", False)))
     return 1 if result.failed else 0
@@ -120,8 +122,13 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
     plan = Plan(trials=args.trials, min_pairs=args.pairs, max_pairs=max(args.pairs, args.max_pairs),
                 budget_s=None if args.budget is None else 60 * args.budget, timeout_s=args.timeout,
                 confidence=args.confidence / 100, family_alpha=args.false_alarm / 100, seed=args.seed)
-    result, folder = paired.run(pythons, envs, args.pytest_args, plan, lambda name: rule_for(name, rules, default),
-                                workdir)
+    try:
+        result, folder = paired.run(pythons, envs, args.pytest_args, plan,
+                                    lambda name: rule_for(name, rules, default), workdir)
+    except paired.Interrupted as stop:  # the table so far, marked incomplete; then exit 130 as any interrupt
+        print(format_text(stop.result, markdown=args.markdown))
+        print(f"INCOMPLETE: results so far in {stop.folder} (paired.json: \"complete\": false)")
+        raise KeyboardInterrupt from None
     result.fail_on_noisy = args.fail_on_noisy
     print(format_text(result, markdown=args.markdown))
     print(f"results in {folder}")
@@ -188,30 +195,79 @@ def _assignment(text: str) -> tuple[str, str]:
     return name, value
 
 
-def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="opbench", description=__doc__.splitlines()[0])
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--storage", default=DEFAULT_STORAGE,
-                        help="pytest-benchmark storage folder (default %(default)s)")
-    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+EXIT_CODES = """exit codes:
+  0  {ok}{fail}
+  2  usage or input error (one line on stderr)
+  130  interrupted (Ctrl-C or SIGTERM){kept}"""
 
-    rep = sub.add_parser("report", help="side-by-side tables (and plots) of saved runs", parents=[common])
+
+def _subcommand(sub, name: str, summary: str, description: str, examples: list[str], ok: str, fail: str = "",
+                kept: str = "", **kw) -> argparse.ArgumentParser:
+    """A subcommand whose --help gives a description, examples and its exit codes."""
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + EXIT_CODES.format(
+        ok=ok, fail=f"\n  1  {fail}" if fail else "", kept=kept)
+    return sub.add_parser(name, help=summary, description=description, epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
+
+
+def parser() -> argparse.ArgumentParser:
+    from opbench import __version__
+
+    top = _Parser(prog="opbench", description=__doc__.splitlines()[0],
+                  epilog="'opbench COMMAND --help' describes each command, with examples and exit codes.")
+    top.add_argument("--version", action="version", version=f"opbench {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--storage", default=DEFAULT_STORAGE, metavar="FOLDER",
+                        help="pytest-benchmark storage: a folder or file://FOLDER, as --benchmark-storage "
+                             "takes it (default %(default)s)")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    rep = _subcommand(
+        sub, "report", "side-by-side tables (and plots) of saved runs",
+        "Tables of saved runs, frameworks and modes side by side, after the environment each run measured. "
+        "Several runs are combined by one stated rule (the median over runs of each run's median).",
+        ["opbench report                          # the latest run in .benchmarks",
+         "opbench report 0003 0004 --html report.html --plots plots/",
+         "opbench report --storage file:///data/opbench-runs latest --markdown"],
+        "the report was written", parents=[common])
     rep.add_argument("runs", nargs="*", help="files or storage ids (default: the latest run)")
     rep.add_argument("--markdown", action="store_true", help="Markdown tables")
     rep.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with plots")
     rep.add_argument("--plots", metavar="DIR", help="also save the plots as PNG files here")
     rep.set_defaults(func=cmd_report)
 
-    cmp = sub.add_parser("compare", help="noise-aware comparison: BASELINE... -- CANDIDATE...", parents=[common])
-    cmp.add_argument("baseline", nargs="*", help="baseline runs (files or ids)")
+    cmp = _subcommand(
+        sub, "compare", "noise-aware comparison: BASELINE... -- CANDIDATE...",
+        "Compare saved runs: the ratio of medians candidate/baseline per benchmark, with a bootstrap "
+        "interval over runs and a verdict. With one run per side there is no interval and no verdict "
+        "(unless --single-run-threshold asks for one).",
+        ["opbench compare 0001 0002 0003 -- 0004 0005 0006",
+         "opbench compare base/*.json -- cand/*.json --rule 'test_conv2d*=5:10' --markdown",
+         "opbench compare 0001 -- 0002 --single-run-threshold 10"],
+        "no regression and nothing missing (noisy passes unless --fail-on-noisy)",
+        "a regression, a benchmark missing or failed in the candidate", parents=[common],
+        usage="opbench compare [options] BASELINE [BASELINE ...] -- CANDIDATE [CANDIDATE ...]")
+    cmp.add_argument("baseline", nargs="*", metavar="BASELINE", help="baseline runs (files or storage ids)")
     cmp.add_argument("--candidate", nargs="*", default=[], help=argparse.SUPPRESS)
     _gate_options(cmp)
+    cmp.add_argument("--single-run-threshold", type=_non_negative, metavar="PERCENT",
+                     help="with one run per side, call a ratio beyond +-PERCENT a regression or improvement "
+                          "(blind to run-to-run noise; default: no verdict)")
     cmp.set_defaults(func=cmd_compare)
 
-    up = sub.add_parser("upgrade-check", help="run the benchmarks in two environments and compare", parents=[common])
+    up = _subcommand(
+        sub, "upgrade-check", "run the benchmarks in two environments and compare",
+        "Build a baseline and a candidate environment (pip requirements), run the selected benchmarks in "
+        "both, interleaved, and judge every benchmark. The plan (environments, benchmarks, pairs per stage, "
+        "estimated time) is printed first.",
+        ["opbench upgrade-check --candidate jax==0.10.2 -- benchmarks/ops -m 'jax and gemm and forward'",
+         "opbench upgrade-check --baseline 'numpy<2' --candidate 'numpy>=2' --budget 10 -- benchmarks/ops -m relu"],
+        "no regression and nothing missing", "a regression, a benchmark missing or failed in the candidate",
+        kept=": workers stopped; the table so far is printed and saved, marked incomplete", parents=[common],
+        usage="opbench upgrade-check [options] --candidate REQ [REQ ...] -- PYTEST_ARGS")
     up.add_argument("--baseline", nargs="*", default=[], metavar="REQ", help="requirements of the baseline side")
     up.add_argument("--candidate", nargs="+", required=True, metavar="REQ", help="requirements of the candidate")
-    up.add_argument("--runs", "-k", type=_at_least_one, metavar="K",
+    up.add_argument("--runs", type=_at_least_one, metavar="K",
                     help=f"--design process: runs per side, alternating A B B A (default {DEFAULT_RUNS})")
     up.add_argument("--design", choices=("process", "paired"), default="paired",
                     help="paired: interleaved trials between two live workers; process: K whole runs per side, "
@@ -224,7 +280,16 @@ def parser() -> argparse.ArgumentParser:
     _paired_options(up)
     up.set_defaults(func=cmd_upgrade_check)
 
-    ab = sub.add_parser("ab", help="paired gate between two existing interpreters (e.g. two venvs)")
+    ab = _subcommand(
+        sub, "ab", "paired gate between two existing interpreters (e.g. two venvs)",
+        "The paired gate of upgrade-check between two interpreters you already have: nothing is installed.",
+        ["opbench ab --baseline-python .venv-numpy1/bin/python --candidate-python .venv/bin/python "
+         "-- benchmarks/ops -m 'gemm and forward'",
+         "opbench ab --baseline-python .venv/bin/python --candidate-python .venv/bin/python "
+         "--candidate-env OMP_NUM_THREADS=1 -- benchmarks/ops -m relu"],
+        "no regression and nothing missing", "a regression, a benchmark missing or failed in the candidate",
+        kept=": workers stopped; the table so far is printed and saved, marked incomplete",
+        usage="opbench ab [options] --baseline-python PYTHON --candidate-python PYTHON -- PYTEST_ARGS")
     ab.add_argument("--baseline-python", required=True, metavar="PYTHON", help="the baseline's interpreter")
     ab.add_argument("--candidate-python", required=True, metavar="PYTHON", help="the candidate's interpreter")
     for side in ("baseline", "candidate"):
@@ -238,6 +303,9 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+PYTEST_AFTER_DASHES = ("upgrade-check", "ab")
+
+
 def _split_compare(argv: list[str]) -> list[str]:
     """`compare A B -- C D` -> `compare A B --candidate C D` (argparse cannot take two lists). Only
     for the compare command: elsewhere '--' starts pytest's arguments, which may say 'compare'."""
@@ -248,9 +316,23 @@ def _split_compare(argv: list[str]) -> list[str]:
     return argv
 
 
+def _missing_dashes(argv: list[str]) -> str | None:
+    """The hint for pytest options given without the '--' that must come before them."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in PYTEST_AFTER_DASHES and "--" not in argv:
+        return (f"pytest's arguments go after '--': opbench {command} [options] -- benchmarks/ops -m 'gemm and "
+                "forward'")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(_split_compare(argv))
+    args, unknown = parser().parse_known_args(_split_compare(argv))
+    if unknown:
+        hint = _missing_dashes(argv)
+        print(f"opbench: error: unrecognized arguments: {' '.join(unknown)}" + (f" ({hint})" if hint else ""),
+              file=sys.stderr)
+        return USAGE_ERROR
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.func(args)

@@ -53,6 +53,7 @@ class State(Session):
 
     run: RunStatus = field(default_factory=RunStatus)
     active: bool = False  # opbench benchmarks were collected in this session
+    frameworks_used: tuple[str, ...] = ()  # the frameworks of the collected benchmarks: the only ones imported
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -287,14 +288,64 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: openmp.run_order(framework(item)))
 
 
+def case_of(item: pytest.Item):
+    """The opbench case a collected test item runs, or None for another suite's test."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((params[f] for f in FIXTURES if f in params), None)
+
+
+def unavailable(case) -> str | None:
+    """Why `case` cannot run here (its framework, device, mode or dtype), or None."""
+    from opbench.suites.measure import admit
+    from opbench.suites.ops import prepare
+
+    if case.kind != "dist":
+        return admit(case).unavailable
+    try:
+        prepare.require_framework(case.framework, case.device)
+    except Unavailable as exc:
+        return str(exc)
+    return None
+
+
+def nothing_measurable(settings: Settings, cases: list) -> str | None:
+    """A usage error when the user's own choice of device, framework, mode, dtype or precision
+    leaves nothing that can run here (--device gpu on a machine without one): a CI job that
+    measured nothing must not pass. With the defaults, what cannot run is skipped with its reason."""
+    asked = dict(settings.asked)
+    chosen = [asked[o] for o in ("device", "framework", "mode", "dtype", "precision") if o in asked]
+    if not chosen:
+        return None
+    reasons: dict[str, None] = {}
+    seen = set()
+    for case in cases:
+        key = (case.framework, case.device, case.mode, case.dtype, case.kind, case.name)
+        if key in seen:
+            continue
+        seen.add(key)
+        why = unavailable(case)
+        if why is None:
+            return None
+        reasons[why] = None
+    shown = list(reasons)[:3] + ([f"and {len(reasons) - 3} more"] if len(reasons) > 3 else [])
+    return f"{', '.join(chosen)}: none of the {len(cases)} selected benchmarks can run here ({'; '.join(shown)})"
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The header, once opbench benchmarks were collected: frameworks (imported here, threads
-    pinned), settings and roofline. A session without them imports, pins and measures nothing,
-    so the plugin costs nothing where it is not used."""
+    """The header, once opbench benchmarks were collected: the frameworks they use (imported here,
+    and only those, threads pinned), settings and roofline. A session without them imports, pins
+    and measures nothing, so the plugin costs nothing where it is not used. A selection the user
+    chose that nothing here can run is a usage error, before anything starts."""
     state = session.config.stash.get(STATE, None)
-    if state is None or not any(set(FIXTURES) & set(getattr(i, "fixturenames", ())) for i in session.items):
+    cases = [c for c in map(case_of, session.items) if c is not None]
+    if state is None or not cases:
         return
     state.active = True
+    used = {c.framework for c in cases}
+    state.frameworks_used = tuple(f for f in state.settings.frameworks if f in used)
+    refusal = nothing_measurable(state.settings, cases)
+    if refusal:
+        raise pytest.UsageError(refusal)
     _warmup_on_by_default(session.config)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or session.config.getoption("collectonly") or reporter.verbosity < 0:
@@ -313,7 +364,7 @@ def header(config: pytest.Config, state: State) -> list[str]:
         f"warmup={'on' if bs is not None and bs.options['warmup'] else 'off'}"
         + (f" breakdown={s.breakdown}" if s.breakdown != "off" else "")
     ]
-    for name in s.frameworks:
+    for name in state.frameworks_used:
         lines.append("  " + framework_line(name, s, state.threads))
     if "cpu" in s.devices:
         ceiling = state.roofline.ceiling("cpu", "float32")
@@ -352,10 +403,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(line)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    """pytest-benchmark compares machine_info as it loads the compared run, in its pytest_configure:
+    before opbench's block exists (it is built once benchmarks are collected and their frameworks
+    imported). So every compare drew its 5,000-character warning, and with the storage outside the
+    working directory the warning itself crashed the session (pytest-benchmark issue 217: it
+    prints the storage path relative to the working directory). Its check is handed the current
+    machine_info as the saved one, so it neither warns nor crashes, and the saved one is put back;
+    opbench's summary compares the complete environments after the run, one line per difference
+    (opbench.results.summary)."""
+    saved = compared_benchmark.get("machine_info")
+    compared_benchmark["machine_info"] = machine_info
+    try:
+        yield
+    finally:
+        compared_benchmark["machine_info"] = saved
+
+
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     from opbench.harness.fingerprint import update_machine_info
 
     state = config.stash.get(STATE, None)
     if state is not None and state.active:  # another suite's benchmarks get pytest-benchmark's info only
-        update_machine_info(machine_info, state.settings, state.threads, state.malloc, state.roofline)
+        update_machine_info(machine_info, state.settings, state.threads, state.malloc, state.roofline,
+                            state.frameworks_used)
         machine_info["opbench"]["run"] = state.run.as_dict()

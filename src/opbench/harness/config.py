@@ -175,6 +175,9 @@ class Settings:
     breakdown: str = "off"
     workers: tuple[int, ...] = (1, 2)
     dist_timeout: float = 300.0
+    # (option, how it was given: "--device gpu", "--device gpu (from OPBENCH_DEVICE)") for each choice
+    # the user made, a default or 'all' not counted
+    asked: tuple[tuple[str, str], ...] = ()
 
     def framework_modes(self, framework: str) -> tuple[str, ...]:
         """The selected modes that `framework` has."""
@@ -196,20 +199,30 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
     peak = values["peak_gflops"]
     if values["data_dir"] and not os.path.isdir(values["data_dir"]):
         raise ConfigError(f"{sources['data_dir']} {values['data_dir']!r} is not a folder")
+
+    def named(parse, option: str, valid: tuple[str, ...]):
+        """The names of one option; a bad one is reported under the flag or variable it came from."""
+        try:
+            return parse(values[option], valid, option.replace("_", " "))
+        except ConfigError as exc:
+            raise ConfigError(f"{sources[option]}: {exc}") from None
+
     return Settings(
-        frameworks=parse_names(values["framework"], FRAMEWORKS, "framework"),
-        devices=parse_names(values["device"], DEVICES, "device"),
-        modes=parse_names(values["mode"], MODES, "mode"),
+        frameworks=named(parse_names, "framework", FRAMEWORKS),
+        devices=named(parse_names, "device", DEVICES),
+        modes=named(parse_names, "mode", MODES),
         threads=parse_threads(values["threads"], sources["threads"]),
-        dtypes=parse_names(values["dtype"], DTYPES, "dtype"),
-        precisions=parse_names(values["precision"], PRECISIONS, "precision"),
-        profile=parse_one(values["profile"], PROFILES, "profile"),
+        dtypes=named(parse_names, "dtype", DTYPES),
+        precisions=named(parse_names, "precision", PRECISIONS),
+        profile=named(parse_one, "profile", PROFILES),
         # "measure" (NumPy's GEMM, before the ceiling was derived) is read as "derive"
         peak_gflops=None if peak in ("derive", "measure") else parse_number(peak, sources["peak_gflops"], above=0),
         roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1),
         data_dir=values["data_dir"],
-        malloc=parse_one(values["malloc"], MALLOC_MODES, "malloc"),
-        breakdown=parse_one(values["breakdown"], BREAKDOWNS, "breakdown"),
+        malloc=named(parse_one, "malloc", MALLOC_MODES),
+        breakdown=named(parse_one, "breakdown", BREAKDOWNS),
         workers=parse_threads(values["workers"], sources["workers"]),
         dist_timeout=parse_number(values["dist_timeout"], sources["dist_timeout"], above=0),
+        asked=tuple((o.name, sources[o.name].replace(o.flag, f"{o.flag} {values[o.name]}", 1)) for o in OPTIONS
+                    if values[o.name] not in (o.default, "all")),
     )

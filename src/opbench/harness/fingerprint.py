@@ -42,17 +42,18 @@ def frameworks(names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def update_machine_info(machine_info: dict, settings: Settings, threads: int, malloc: str = "default",
-                        roofline: Roofline | None = None) -> None:
+                        roofline: Roofline | None = None, used: tuple[str, ...] | None = None) -> None:
     """Add opbench's fingerprint to pytest-benchmark's machine_info, in place. Only what is the
     same on every run of an unchanged machine goes here (the CPU's derived ceilings, not NumPy's
     measured GEMM speed, which goes in extra_info): pytest-benchmark warns whenever machine_info
-    differs."""
+    differs. `used`: the frameworks the run measured (default: every selected one); only they are
+    imported."""
     cpu = machine_info.get("cpu")
     if isinstance(cpu, dict):
         for key in CLOCK_FIELDS:
             cpu.pop(key, None)
     machine_info["opbench"] = {
-        "frameworks": frameworks(settings.frameworks),
+        "frameworks": frameworks(settings.frameworks if used is None else used),
         "threads": threads,
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.results.stats import CONFIDENCE, Ratio, Rule, ratio_of_medians, verdict
+from opbench.results.stats import CONFIDENCE, NO_INTERVAL, Ratio, Rule, ratio_of_medians, single_run_verdict, verdict
 from opbench.results.store import ResultsError, Run
 from opbench.results.tables import fmt_time, table
 
@@ -74,6 +74,7 @@ class Comparison:
     broken: list[str] = field(default_factory=list)  # benchmarks that crashed, hung or failed a check
     skipped: list[str] = field(default_factory=list)  # benchmarks neither side could run here
     fail_on_noisy: bool = False  # an undecided benchmark fails the gate too
+    single_run: float | None = None  # the threshold gate asked for one run per side, if any
 
     @property
     def failed(self) -> bool:
@@ -121,15 +122,26 @@ def rule_for(name: str, rules: list[tuple[str, Rule]], default: Rule) -> Rule:
     return default
 
 
+def check_sides(baseline: list[Run], candidate: list[Run]) -> None:
+    """A run on both sides compares a measurement with itself: a usage error, not 'unchanged'."""
+    base = {r.digest: r for r in baseline if r.digest}
+    for run in candidate:
+        if run.digest in base:
+            raise ResultsError(f"the same run is on both sides ({base[run.digest].path} and {run.path}): "
+                               "compare two different runs")
+
+
 def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = None,
             rules: list[tuple[str, Rule]] | None = None, statistic: str = STATISTICS[0],
-            confidence: float = CONFIDENCE) -> Comparison:
+            confidence: float = CONFIDENCE, single_run: float | None = None) -> Comparison:
     """Compare every benchmark the two sides share, from each run's `statistic` ('min' or
-    'median' of its rounds), with intervals at `confidence`."""
+    'median' of its rounds), with intervals at `confidence`. A benchmark with one run per side
+    gets no verdict, unless `single_run` (a fraction) asks for a threshold gate on its ratio."""
     if statistic not in STATISTICS:
         raise ResultsError(f"unknown statistic {statistic!r}: choose one of {', '.join(STATISTICS)}")
     default, rules = default or Rule(), rules or []
     run_notes = check_runs("baseline", baseline) + check_runs("candidate", candidate)
+    check_sides(baseline, candidate)
     base_names = set().union(*(r.benchmarks for r in baseline))
     cand_names = set().union(*(r.benchmarks for r in candidate))
     common = sorted(base_names & cand_names)
@@ -141,11 +153,13 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
         cand = [getattr(r.benchmarks[full], statistic) for r in candidate if full in r.benchmarks]
         ratio = ratio_of_medians(base, cand, confidence)
         bench = next(r.benchmarks[full] for r in candidate if full in r.benchmarks)
-        rule = rule_for(bench.name, rules, default)
-        rows.append(Row(full, bench.name, bench.group, ratio, verdict(ratio, rule), sorted(base)[len(base) // 2],
+        said = (single_run_verdict(ratio, single_run) if ratio.runs == (1, 1)
+                else verdict(ratio, rule_for(bench.name, rules, default)))
+        rows.append(Row(full, bench.name, bench.group, ratio, said, sorted(base)[len(base) // 2],
                         sorted(cand)[len(cand) // 2]))
     result = Comparison(rows, sorted(base_names - cand_names), sorted(cand_names - base_names),
-                        environment_diff(baseline, candidate), statistic=statistic, confidence=confidence)
+                        environment_diff(baseline, candidate), statistic=statistic, confidence=confidence,
+                        single_run=single_run)
     result.warnings += run_notes
     changed_machine = [k for k, _, _ in result.env if k in MACHINE_KEYS]
     if changed_machine:
@@ -158,16 +172,29 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
         if any(k not in ("datetime",) for k, _, _ in inner):
             result.warnings.append(f"note: the {side} runs differ among themselves in: "
                                    f"{', '.join(sorted({k for k, _, _ in inner})[:6])}")
-    if min(len(baseline), len(candidate)) < 2:
+    if result.count(NO_INTERVAL):
         result.warnings.append(
-            "note: one run on a side: the intervals cannot show run-to-run noise; compare K >= 3 runs per side "
-            "(opbench upgrade-check does)"
+            f"note: one run per side: no interval, so no verdict ({result.count(NO_INTERVAL)} benchmarks); compare "
+            "K >= 3 runs per side (opbench upgrade-check does), or ask for a threshold on the ratio alone "
+            "(opbench compare --single-run-threshold; in pytest, --benchmark-compare-fail)")
+    elif single_run is not None and any(r.ratio.runs == (1, 1) for r in rows):
+        result.warnings.append(
+            f"note: one run per side: verdicts from the ratio alone beyond +-{100 * single_run:g}% "
+            "(--single-run-threshold), blind to run-to-run noise")
+    elif min(len(baseline), len(candidate)) < 2:
+        result.warnings.append(
+            "note: one run on a side: the intervals show only the other side's run-to-run noise; compare "
+            "K >= 3 runs per side (opbench upgrade-check does)"
         )
     return result
 
 
 def _short(name: str, width: int = 70) -> str:
     return name if len(name) <= width else name[: width - 1] + "~"
+
+
+def _interval(r: Ratio) -> str:
+    return "one run per side" if r.runs == (1, 1) else f"[{r.low:.3f}, {r.high:.3f}]"
 
 
 def format_text(c: Comparison, markdown: bool = False) -> str:
@@ -183,7 +210,7 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
               f"{100 * c.confidence:g}% interval", "verdict")
     body = [
         (_short(r.name), fmt_time(r.baseline_median), fmt_time(r.candidate_median), f"{r.ratio.ratio:.3f}",
-         f"[{r.ratio.low:.3f}, {r.ratio.high:.3f}]", r.verdict.upper() if r.verdict == "regression" else r.verdict)
+         _interval(r.ratio), r.verdict.upper() if r.verdict == "regression" else r.verdict)
         for r in c.rows
     ]
     if any(r.samples for r in c.rows):
@@ -206,5 +233,6 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
                   "the gate unless --fail-on-noisy is given"]
     lines += ["", f"{c.count('regression')} regressions, {c.count('improvement')} improvements, "
               f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"
-              + (f", {len(c.broken)} failed" if c.broken else "")]
+              + (f", {len(c.broken)} failed" if c.broken else "")
+              + (f", {c.count(NO_INTERVAL)} without a verdict (one run per side)" if c.count(NO_INTERVAL) else "")]
     return "\n".join(lines)

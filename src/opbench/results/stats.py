@@ -124,11 +124,8 @@ class Rule:
 
 def verdict(r: Ratio, rule: Rule) -> str:
     """'regression', 'improvement', 'unchanged' (the interval lies within +-threshold), or 'noisy'
-    (inconclusive: the interval is too wide to call either way). With one run per side there is
-    no interval, so the ratio alone must clear margin + threshold."""
-    if r.runs == (1, 1):
-        bound = 1 + rule.margin + rule.threshold
-        return "regression" if r.ratio > bound else "improvement" if r.ratio < 1 / bound else "unchanged"
+    (inconclusive: the interval is too wide to call either way). One run per side has no interval:
+    see single_run_verdict."""
     if r.low > 1 + rule.margin and r.ratio > 1 + rule.threshold:
         return "regression"
     if r.high < 1 / (1 + rule.margin) and r.ratio < 1 / (1 + rule.threshold):
@@ -136,3 +133,16 @@ def verdict(r: Ratio, rule: Rule) -> str:
     if r.high <= 1 + rule.threshold and r.low >= 1 / (1 + rule.threshold):
         return "unchanged"
     return "noisy"
+
+
+NO_INTERVAL = "no interval"  # one run per side: the data cannot decide, and no verdict is given
+
+
+def single_run_verdict(r: Ratio, threshold: float | None) -> str:
+    """One run per side: its interval is a point, blind to run-to-run noise (two runs of one
+    environment differ by 5-25% on a busy machine), so there is no verdict unless the user asked
+    for a threshold gate on the ratio alone: then beyond +-threshold is a regression or improvement."""
+    if threshold is None:
+        return NO_INTERVAL
+    bound = 1 + threshold
+    return "regression" if r.ratio > bound else "improvement" if r.ratio < 1 / bound else "unchanged"

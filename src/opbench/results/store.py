@@ -112,6 +112,40 @@ class Run:
         return self.status.get("status") == "interrupted"
 
 
+COMBINING = ("a benchmark in several runs counts with the median of its runs' medians (and of their IQRs, "
+             "latency percentiles and peak memory), the same in every table and plot")
+
+
+def combined(runs: list[Run]) -> list[Bench]:
+    """Every benchmark of the runs once, combined by the one rule in COMBINING; a benchmark timed on
+    a busy machine in any run stays marked busy."""
+    import statistics
+
+    seen: dict[str, list[Bench]] = {}
+    for run in runs:
+        for bench in run.benchmarks.values():
+            seen.setdefault(bench.fullname, []).append(bench)
+    out = []
+    for entries in seen.values():
+        if len(entries) == 1:
+            out.append(entries[0])
+            continue
+        extra = dict(entries[-1].extra)
+        for key in extra:
+            values = [b.extra.get(key) for b in entries]
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            if numbers and (key.startswith(("latency_p", "peak_")) or key.endswith("_per_s")):
+                extra[key] = statistics.median(values)
+        busy = [b.extra[schema.LOAD] for b in entries if schema.busy(b.extra)]
+        if busy:
+            extra[schema.LOAD] = busy[0]
+        first = entries[0]
+        out.append(Bench(first.fullname, first.name, first.group, statistics.median(b.median for b in entries),
+                         statistics.median(b.iqr for b in entries), min(b.min for b in entries),
+                         sum(b.rounds for b in entries), extra))
+    return out
+
+
 def bench_of(raw: dict, path: Path) -> Bench:
     try:
         stats = raw["stats"]
@@ -165,9 +199,24 @@ def load_run(path: str | Path) -> Run:
                _digest(doc))
 
 
+def storage_folder(storage: str | Path = DEFAULT_STORAGE) -> Path:
+    """The folder of a storage given as pytest-benchmark's --benchmark-storage takes it: a folder,
+    or 'file://' and a folder ('file:///abs/path', 'file://relative'). Other stores (Elasticsearch)
+    are refused by name: opbench reads saved files."""
+    text = str(storage)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    elif "://" in text:
+        raise ResultsError(f"--storage {storage}: opbench reads file storage only (a folder or file://FOLDER), "
+                           "not " + text.split("://", 1)[0])
+    if not text:
+        raise ResultsError(f"--storage {storage!r}: no folder given")
+    return Path(text).expanduser()
+
+
 def saved_runs(storage: str | Path = DEFAULT_STORAGE) -> list[Path]:
     """Every saved run under the storage folder, oldest first (by number, then name)."""
-    folder = Path(storage)
+    folder = storage_folder(storage)
     if not folder.is_dir():
         raise ResultsError(f"{folder}: no such storage folder (run 'make bench' or pytest --benchmark-autosave)")
     runs = sorted(folder.glob("*/[0-9][0-9][0-9][0-9]_*.json"), key=lambda p: (p.name, str(p)))
