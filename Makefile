@@ -27,7 +27,7 @@ AMP_QUICK ?= --precision amp --mode eager,jit -k "(mlp or lenet or resnet20) and
 # exceed the ceiling derived from this machine's CPU.
 SMOKE := -m "gemm or conv2d" -k "1024x1024x1024 or 16x64x32x32 or 16x128x16x16"
 
-.PHONY: venv test test-numpy1 test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
+.PHONY: venv browser test test-numpy1 test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
 
 venv: $(STAMP)
 
@@ -62,7 +62,15 @@ test-numpy1: $(NUMPY1_STAMP)
 	$(NUMPY1)/bin/pytest tests -q -p no:cacheprovider $(QUICK)
 	$(NUMPY1)/bin/pytest benchmarks --benchmark-disable -q -p no:cacheprovider $(QUICK) $(CONVERGENCE_QUICK)
 
-test: venv
+# Debian's chromium, for the HTML report's test in a real headless browser
+# (tests/test_report_browser.py): installed once where it is missing, as root with apt.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; }; } || \
+	  { echo "make test needs Debian's chromium for the HTML report's browser test: apt-get install chromium" >&2; exit 1; }
+
+test: venv browser
 	$(BIN)/ruff check src tests benchmarks studies conftest.py
 	$(PYTEST) tests -q $(QUICK)
 	$(PYTEST) benchmarks --benchmark-disable -q $(QUICK) $(CONVERGENCE_QUICK)

@@ -296,6 +296,20 @@ def test_report_shows_shares_prediction_and_others(tmp_path):
     assert "SetValueOp 20%" in text and "note: a note" in text
     assert f"breakdown failed for {group} jax/jit: RuntimeError: no trace" in text
     assert not any(line.startswith("jax/jit ") for line in text.splitlines())  # no row without a breakdown
+    assert "busy machine" not in text
+
+
+def test_a_prediction_taken_on_a_busy_machine_is_marked(tmp_path):
+    """timed/pred 0.03x with no warning: the operator suite was timed while the machine was busy."""
+    busy = {"other_cpus": 1.9, "steal": 0.0, "run_queue": 6, "cpus": 2, "team": 2, "wall_s": 3.0, "busy": True}
+    info = {**_info(1e-3, 0.5e-3, 2.5e-3, predicted=99e-3), "load": busy}
+    path = write(tmp_path / "run.json", [bench("test_training[torch-cpu-eager-float32-lenet-b32]", 3.4e-3,
+                                               group="lenet-training[cpu-float32-lenet-b32]", flops=None,
+                                               breakdown=info)])
+    text = "\n".join(report.format_lines([load_run(path)]))
+    eager = next(line for line in text.splitlines() if line.startswith("torch/eager "))
+    assert "0.03x !" in eager
+    assert "note: ! the step was timed, or the profile and prediction taken, on a busy machine" in text
 
 
 MODELS = (Path(__file__).parents[1] / "benchmarks" / "e2e" / "test_models.py").read_text(encoding="utf-8")

@@ -36,6 +36,7 @@ class FakeBenchmark:
     def __init__(self, seconds: float | None = 1e-3):
         self.extra_info: dict = {}
         self.group = None
+        self.disabled = False
         self.calls = 0
         self._seconds = seconds
         self.stats = None
@@ -121,6 +122,8 @@ def test_plausible_run_records_extra_info():
     assert info["gflops"] == pytest.approx(2 * 64**3 / 1e-3 / 1e9)
     assert info["max_abs_err"] < 1e-3 and info["first_call_s"] >= 0
     assert bench.group == "gemm-forward[cpu-float32-64x64x64]"
+    load = info["load"]  # how busy the machine was around the timed rounds
+    assert load["cpus"] >= 1 and load["team"] == 2 and load["other_cpus"] >= 0 and isinstance(load["busy"], bool)
 
 
 def test_noisy_measurement_warns():

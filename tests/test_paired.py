@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import textwrap
 import time
@@ -20,6 +21,7 @@ from opbench.regression import decisions
 from opbench.regression import intervals as ps
 from opbench.regression.coordinator import PairedGate, Plan, Record, Side
 from opbench.results.stats import Rule, verdict
+from opbench.results.store import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = (Side("baseline", sys.executable, dict(os.environ)), Side("candidate", sys.executable, dict(os.environ)))
@@ -557,3 +559,61 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_the_gate_prints_its_plan_then_progress_by_stage_with_an_estimate(tmp_path):
+    lines: list[str] = []
+    FakeWorker.started, FakeWorker.order = [], []
+    gate = PairedGate(SIDES, ["benchmarks"], tmp_path, Plan(**SMALL), lambda name: Rule(),
+                      spawn=lambda *a: FakeWorker({"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}}, *a),
+                      progress=lines.append)
+    gate.run()
+    assert lines[0] == "plan: 3 benchmarks in both environments"
+    assert lines[1].startswith("  stage 1, screen: every benchmark on 8 fresh worker pairs, 4 paired trials each")
+    assert lines[2].startswith("  stage 2, confirm: the benchmarks the screen flags, again on at least ")
+    assert lines[3].startswith("  budget: 10.0 min for both stages; the time to go is estimated")
+    progress = lines[4:]
+    assert re.fullmatch(r"\[screen pair 1 of 8 \| 1/3\] .*: 4 trials \| .* \| \d+\.\d min in, about \d+\.\d min "
+                        r"to go", progress[0]), progress[0]
+    assert any(line.startswith("[confirm pair 1 of 10 | 1/1]") for line in progress)
+    assert progress[-1].startswith("[confirm pair 10 of 10 | 1/1]") and progress[-1].endswith("about 0.0 min to go")
+
+
+def test_the_summary_counts_the_pairs_the_table_counts(tmp_path):
+    """The table says 8x4 (pairs x trials) for each benchmark; the summary said '9 worker pairs',
+    counting the pair that only collected the selection."""
+    result = decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": {}}))
+    assert {r.samples for r in result.rows} == {"8x4"}
+    assert any(w.startswith("paired design: 8 worker pairs timed the screen and 0 the confirmation (1 more only "
+                            "collected the selection or replaced a failed pair)") for w in result.warnings)
+
+
+def test_an_interrupted_gate_keeps_what_it_decided_marked_incomplete(tmp_path, monkeypatch):
+    """Ctrl-C in the confirmation: the screen's verdicts are printed and saved, the flagged change
+    says 'unconfirmed' (not a regression), and every file says the run is incomplete."""
+    from opbench.regression import paired
+
+    class Interrupting(FakeWorker):
+        def ask(self, request, timeout):
+            if request["cmd"] == "burst" and len(FakeWorker.started) >= 2 * 11:  # the second confirmation pair
+                raise KeyboardInterrupt
+            return super().ask(request, timeout)
+
+    world = {"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}}
+    FakeWorker.started, FakeWorker.order = [], []
+
+    class Gate(PairedGate):
+        def __init__(self, sides, args, folder, plan, rule_for):
+            super().__init__(SIDES, args, folder, Plan(**SMALL), rule_for,
+                             spawn=lambda *a: Interrupting(world, *a), progress=lambda line: None)
+
+    monkeypatch.setattr(paired, "PairedGate", Gate)
+    with pytest.raises(paired.Interrupted) as stopped:
+        paired.run(["python", "python"], ({}, {}), ["benchmarks"], Plan(**SMALL), lambda name: Rule(), tmp_path)
+    result, folder = stopped.value.result, stopped.value.folder
+    verdicts = {r.fullname: r.verdict for r in result.rows}
+    assert verdicts[IDS[1]] == decisions.UNCONFIRMED and verdicts[IDS[0]] == "unchanged" and not result.failed
+    assert any(w.startswith("INCOMPLETE: interrupted in the confirm stage (pair 2 of 10)") for w in result.warnings)
+    log = json.loads((folder / "paired.json").read_text())
+    assert log["complete"] is False and log["stage"] == ["confirm", 2, 10]
+    assert load_run(folder / "candidate.json").interrupted

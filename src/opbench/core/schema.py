@@ -32,6 +32,21 @@ IDENTITY = ("direction", "family", "framework", "framework_version", "device", "
             "max_abs_err")  # ... and these follow it in every result
 
 
+LOAD = "load"  # how busy the machine was while the result was timed: opbench.harness.load.Load.as_dict()
+
+
+def busy(extra: dict[str, Any]) -> bool:
+    """Whether the result was timed while other work took more CPUs than its team left free."""
+    return bool((extra.get(LOAD) or {}).get("busy"))
+
+
+def load_line(saved: dict[str, Any]) -> str:
+    """One line from a saved extra_info['load']."""
+    free = max(0, saved["cpus"] - saved["team"])
+    return (f"other work took {saved['other_cpus']:.2f} of {saved['cpus']} CPUs ({free:g} free beside "
+            f"{saved['team']} threads), steal {saved['steal']:.0%}, run queue {saved['run_queue']:g}")
+
+
 def identity(kind: str, name: str, **fields: Any) -> dict[str, Any]:
     """The identity block of a result's extra_info: `kind` ("op" or "model") names `name`, and
     `fields` are exactly the IDENTITY keys."""

@@ -169,6 +169,8 @@ class PairedGate:
         self.notes: list[str] = []
         self.start = time.monotonic()
         self.budget_s = plan.budget_for(0)  # until the selection is known
+        self.stage = ("collect", 0, 0)  # (stage, pair number, pairs planned): what the progress lines say
+        self.confirmed = False  # the confirmation's verdicts are in: until then a flagged change is unconfirmed
 
     # -- workers ---------------------------------------------------------------------------
     def new_pair(self) -> Pair:
@@ -218,9 +220,12 @@ class PairedGate:
             self.records[i] = Record(i, name=i.rsplit("::", 1)[-1], kind="new", problem="not collected by the baseline")
         active = [i for i in base if not self.records[i].kind]
         self.budget_s = self.plan.budget_for(len(active))
+        for line in self.plan_lines(len(active)):
+            self.progress(line)
         number = 0
         while active:
             number += 1
+            self.stage = ("screen", number, max(self.plan.min_pairs, number))
             self._sweep(self.new_pair(), active, "screen", number).close()
             active = self._undecided(active, number)
             if active and not self._room_for(active, number):
@@ -233,8 +238,37 @@ class PairedGate:
             self.notes.append(f"note: the confirmation measured {len(flagged)} flagged benchmark(s) on {count} "
                               f"fresh pairs, fixed from the budget left ({left:.1f} min)")
         for c in range(count):
+            self.stage = ("confirm", c + 1, count)
             self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
         self._confirm(flagged)
+        self.confirmed = True
+
+    def plan_lines(self, benchmarks: int) -> list[str]:
+        """What the run will do, before it does it."""
+        p, missing = self.plan, sum(1 for r in self.records.values() if r.kind)
+        return [
+            f"plan: {benchmarks} benchmarks in both environments"
+            + (f" ({missing} more only on one side: listed at the end)" if missing else ""),
+            f"  stage 1, screen: every benchmark on {p.min_pairs} fresh worker pairs, {p.trials} paired trials "
+            f"each; an undecided one on more, up to {p.max_pairs}, while the budget lasts",
+            f"  stage 2, confirm: the benchmarks the screen flags, again on at least "
+            f"{self.least_confirm_pairs(1)} fresh pairs, a change standing only at Holm's levels",
+            f"  budget: {self.budget_s / 60:.1f} min for both stages; the time to go is estimated from the pace "
+            "of the first pair on",
+        ]
+
+    def to_go_s(self, ids_left_in_pair: list[str]) -> float:
+        """An estimate of the seconds left at the pace measured so far: the rest of this pair, the
+        screen pairs still planned, and the confirmation's minimum over what is flagged now. More
+        screen pairs for undecided benchmarks would add to it (within the budget)."""
+        stage, number, planned = self.stage
+        rest = sum(_warm(self.turn_s[i]) for i in ids_left_in_pair if self.turn_s.get(i))
+        active = [i for i, r in self.records.items() if not r.kind]
+        flagged = self._flagged()
+        confirm = self.least_confirm_pairs(len(flagged)) * self.pair_s(flagged) if flagged else 0.0
+        if stage == "screen":
+            return rest + max(0, planned - number) * self.pair_s(active) + confirm
+        return rest + max(0, planned - number) * self.pair_s(flagged)
 
     def _flagged(self) -> list[str]:
         return [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
@@ -300,7 +334,7 @@ class PairedGate:
                 self._set(i, "failed", str(exc))
                 pair.close()
                 pair = self.new_pair()
-            self._report(i, stage, number, n + 1, len(order))
+            self._report(i, order[n + 1 :], n + 1, len(order))
         return pair
 
     def _set(self, i: str, kind: str, problem: str) -> None:
@@ -382,7 +416,7 @@ class PairedGate:
             pair.ask(side, {"cmd": "burst", "loops": loops, "rounds": min(warm, 100)}, timeout * warm)
         return loops, rounds, timeout
 
-    def _report(self, i: str, stage: str, number: int, done: int, total: int) -> None:
+    def _report(self, i: str, left_in_pair: list[str], done: int, total: int) -> None:
         rec = self.records[i]
         counts: dict[str, int] = {}
         for r in self.records.values():
@@ -390,9 +424,10 @@ class PairedGate:
                 counts[r.verdict] = counts.get(r.verdict, 0) + 1
         so_far = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no verdicts yet"
         state = rec.problem or f"{len(rec.trials)} trials"
-        left = (self.budget_s - self.elapsed()) / 60
-        self.progress(f"[{stage} pair {number} | {done}/{total}] {rec.name or i}: {state} | {so_far} | "
-                      f"{left:.1f} min of budget left")
+        stage, number, planned = self.stage
+        of = f"{number} of {planned}" + ("+" if stage == "screen" and number >= planned else "")
+        self.progress(f"[{stage} pair {of} | {done}/{total}] {rec.name or i}: {state} | {so_far} | "
+                      f"{self.elapsed() / 60:.1f} min in, about {self.to_go_s(left_in_pair) / 60:.1f} min to go")
 
 
 def trial_record(rounds_of: dict[str, list[dict]]) -> dict:

@@ -19,6 +19,7 @@ from opbench.results.compare import Comparison, Row, environment_diff
 from opbench.results.store import Run
 
 STATISTIC = "burst min"
+UNCONFIRMED = "unconfirmed"  # flagged by the screen, interrupted before the confirmation decided
 
 
 def side_document(gate: PairedGate, side: str) -> dict:
@@ -46,13 +47,19 @@ def _pytest_benchmark_version() -> str:
     return version("pytest-benchmark")
 
 
-def save(gate: PairedGate, folder: Path) -> dict[str, Path]:
-    """baseline.json, candidate.json and paired.json in `folder`."""
+def save(gate: PairedGate, folder: Path, complete: bool = True) -> dict[str, Path]:
+    """baseline.json, candidate.json and paired.json in `folder`; an interrupted run's are marked
+    incomplete (paired.json's "complete", each side's machine_info run status)."""
     paths = {}
     for side in SIDES:
         paths[side] = folder / f"{side}.json"
-        write_text_atomic(paths[side], json.dumps(side_document(gate, side), indent=2))
-    log = {"plan": vars(gate.plan), "notes": gate.notes, "benchmarks": [
+        doc = side_document(gate, side)
+        if not complete:
+            doc["machine_info"] = {**doc["machine_info"], "opbench": {
+                **(doc["machine_info"].get("opbench") or {}), "run": {"status": "interrupted", "failed": []}}}
+        write_text_atomic(paths[side], json.dumps(doc, indent=2))
+    log = {"plan": vars(gate.plan), "complete": complete, "stage": list(gate.stage), "notes": gate.notes,
+           "benchmarks": [
         {"id": r.id, "name": r.name, "verdict": r.verdict, "problem": r.problem, "trials": r.trials}
         for r in gate.records.values()]}
     paths["paired"] = folder / "paired.json"
@@ -83,6 +90,10 @@ def comparison(gate: PairedGate) -> Comparison:
     flagged = sum(1 for r in compared if any(t["stage"] == "confirm" for t in r.trials))
     strict = ps.confirm_confidence(flagged, gate.plan.family_alpha)
     rows = [row for r in compared if not r.kind and (row := _row(r, gate))]
+    if not gate.confirmed:  # interrupted: a flagged change the confirmation did not decide is no verdict
+        for row in rows:
+            if row.verdict in ("regression", "improvement"):
+                row.verdict = UNCONFIRMED
     runs = {side: [Run(Path(side), gate.machine_info.get(side, {}), "", {})] for side in SIDES}
     result = Comparison(
         rows, missing=[f"{r.id}: {r.problem}" for r in compared if r.kind == "missing"],
@@ -90,9 +101,18 @@ def comparison(gate: PairedGate) -> Comparison:
         env=environment_diff(runs["baseline"], runs["candidate"]), statistic=STATISTIC,
         confidence=gate.plan.confidence, broken=[f"{r.id}: {r.problem}" for r in compared if r.kind == "failed"],
         skipped=[f"{r.id}: {r.problem}" for r in compared if r.kind == "skipped"])
+    timed = {stage: len({t["pair"] for r in compared for t in r.trials if t["stage"] == stage})
+             for stage in ("screen", "confirm")}
+    others = gate.pairs_started - sum(timed.values())
+    if not gate.confirmed:
+        stage, number, planned = gate.stage
+        result.warnings.append(f"INCOMPLETE: interrupted in the {stage} stage (pair {number} of {planned}): the "
+                               f"verdicts so far; a change flagged but not confirmed says {UNCONFIRMED!r}")
     result.warnings += [
         *gate.notes,
-        f"paired design: {gate.pairs_started} worker pairs; {flagged} benchmark(s) flagged by the "
+        f"paired design: {timed['screen']} worker pairs timed the screen and {timed['confirm']} the confirmation"
+        + (f" ({others} more only collected the selection or replaced a failed pair)" if others else "")
+        + f"; {flagged} benchmark(s) flagged by the "
         f"{100 * gate.plan.confidence:g}% screen were re-measured on fresh pairs and a change stands only in the "
         f"screen's direction at Holm's step-down levels (one-sided; the interval shown is two-sided, "
         f"{100 * strict:.4g}% for the strongest; suite-wide false-alarm budget {100 * gate.plan.family_alpha:g}%)"]

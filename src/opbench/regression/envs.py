@@ -127,6 +127,9 @@ def make_envs(baseline: list[str], candidate: list[str], workdir: Path, runner=N
               strict: bool = False) -> list[str]:
     """The baseline's and the candidate's interpreters, built under `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)
+    print(f"opbench upgrade-check: building two environments in {workdir}, each this interpreter's packages "
+          f"and its own requirements (baseline: {' '.join(baseline) or 'none'}; candidate: {' '.join(candidate)})",
+          file=sys.stderr, flush=True)
     return [str(make_env(workdir / "env-baseline", baseline, runner, "baseline", strict)),
             str(make_env(workdir / "env-candidate", candidate, runner, "candidate", strict))]
 

@@ -37,6 +37,18 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
                                                                                        strict=True))
     folder = fresh_folder(workdir)
     gate = PairedGate(sides, pytest_args, folder, plan, rule_for)
-    gate.run()
+    try:
+        gate.run()
+    except KeyboardInterrupt:
+        decisions.save(gate, folder, complete=False)
+        raise Interrupted(decisions.comparison(gate), folder) from None
     decisions.save(gate, folder)
     return decisions.comparison(gate), folder
+
+
+class Interrupted(KeyboardInterrupt):
+    """The gate was interrupted: what it had decided is saved (marked incomplete) and comes with it."""
+
+    def __init__(self, result: Comparison, folder: Path) -> None:
+        super().__init__(f"interrupted; the results so far are in {folder}")
+        self.result, self.folder = result, folder

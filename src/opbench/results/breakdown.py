@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opbench.core import schema
 from opbench.core.schema import FAMILY_NAMES as FAMILIES
 from opbench.results.store import Run
 from opbench.results.tables import fmt_time, table
@@ -21,6 +22,7 @@ class Profiled:
     column: str
     median: float
     info: dict
+    busy: bool = False  # the step was timed, or the breakdown's pass run, on a busy machine
 
     def shares(self) -> dict[str, float]:
         """Each family's share of the profiled step, unattributed included (they sum to 1)."""
@@ -32,7 +34,8 @@ class Profiled:
 
 def found(runs: list[Run]) -> list[Profiled]:
     """Every benchmark with a breakdown; one whose profiled pass failed holds only its "error"."""
-    return [Profiled(b.group, b.column, b.median, b.extra["breakdown"])
+    return [Profiled(b.group, b.column, b.median, b.extra["breakdown"],
+                     schema.busy(b.extra) or schema.busy(b.extra["breakdown"]))
             for run in runs for b in run.benchmarks.values() if isinstance(b.extra.get("breakdown"), dict)]
 
 
@@ -57,8 +60,8 @@ def _prediction(p: Profiled) -> tuple[str, str, str]:
     predicted = pred["predicted_s"]
     missing = f" ({len(pred['failed'])} ops failed)" if pred.get("failed") else ""
     overhead = p.median - predicted
-    return (fmt_time(predicted) + missing, f"{p.median / predicted:.2f}x" if predicted else "-",
-            ("-" if overhead < 0 else "") + fmt_time(abs(overhead)))
+    return (fmt_time(predicted) + missing, (f"{p.median / predicted:.2f}x" if predicted else "-")
+            + (" !" if p.busy else ""), ("-" if overhead < 0 else "") + fmt_time(abs(overhead)))
 
 
 def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:
@@ -91,5 +94,8 @@ def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:
         lines += table(("framework/mode", "largest 'other' operators (share of the step)"),
                        [(p.column, _others(p)) for p in group], markdown)
         notes = sorted({n for p in group for n in p.info.get("notes", ())})
+        if any(p.busy for p in group):
+            notes.append("! the step was timed, or the profile and prediction taken, on a busy machine (other work "
+                         "took more CPUs than were free): its timed/pred is the machine's as much as the framework's")
         lines += [f"note: {n}" for n in notes]
     return lines

@@ -17,6 +17,8 @@ table { border-collapse: collapse; margin-bottom: 1.5em; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
 td:first-child, th:first-child { text-align: left; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
+pre { background: #f6f6f6; padding: 0.6em; font-size: 0.85em; white-space: pre-wrap; }
+figcaption { font-size: 0.85em; color: #444; max-width: 60em; }
 """
 
 
@@ -26,11 +28,32 @@ def _table(title: str, header, rows) -> str:
     return f"<h3>{html.escape(title)}</h3><table><tr>{head}</tr>{body}</table>"
 
 
+def caption(path: Path) -> str:
+    """The caption a plot was saved with (its PNG's Description), or ''."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return str(getattr(image, "text", {}).get("Description", ""))
+
+
+# Each image says whether the browser decoded it (data-decoded="<width>" or data-broken), so a page
+# can be checked as rendered, not only as written (tests/test_report_browser.py).
+_DECODED = "this.dataset.decoded=this.naturalWidth"
+_BROKEN = "this.dataset.broken=1"
+
+
 def _figure(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     name = html.escape(path.name)
-    img = f'<img src="data:image/png;base64,{data}" alt="{name}" title="{name}">'
-    return f"<figure>{img}<figcaption>{name}</figcaption></figure>"
+    text = html.escape(caption(path))
+    img = (f'<img src="data:image/png;base64,{data}" alt="{text or name}" title="{name}" '
+           f'onload="{_DECODED}" onerror="{_BROKEN}">')
+    return f"<figure>{img}<figcaption>{text} <code>{name}</code></figcaption></figure>"
+
+
+def _environment(runs: list[Run]) -> str:
+    lines = report.format_text(runs).split("\n\n", 1)[0]  # the runs and their environments
+    return f"<h2>runs and environment</h2><pre>{html.escape(lines)}</pre>"
 
 
 def write(runs: list[Run], target: Path, plots_dir: Path | None = None) -> list[Path]:
@@ -39,8 +62,8 @@ def write(runs: list[Run], target: Path, plots_dir: Path | None = None) -> list[
         folder = plots_dir or Path(tmp)
         images = plots.all_plots(runs, folder)
         parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>opbench report</title>"
-                 f"<style>{STYLE}</style></head><body><h1>opbench report</h1>",
-                 "<p>runs: " + ", ".join(html.escape(str(r.path)) for r in runs) + "</p>"]
+                 f"<style>{STYLE}</style></head><body><h1>opbench report</h1>", _environment(runs),
+                 "<h2>tables</h2>"]
         parts += [_table(*t) for t in report.tables(report.grid(runs))]
         parts.append("<h2>plots</h2>")
         parts += [_figure(p) for p in images]

@@ -14,17 +14,44 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import ticker
 
 from opbench.core.files import replace_atomic
 from opbench.results.breakdown import FAMILIES
 from opbench.results.breakdown import found as profiled
 from opbench.results.convergence import found as converged
 from opbench.results.scaling import curves as worker_curves
-from opbench.results.store import Bench, Identity, Run
+from opbench.results.store import Bench, Identity, Run, combined
+from opbench.results.tables import natural
+
+DPI = 110  # with the figure sizes below: 880 x 550 pixels and more, readable on a laptop screen
+FIGSIZE = (8, 5)
+plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9, "xtick.labelsize": 9,
+                     "ytick.labelsize": 9})
 
 
 def _benches(runs: list[Run]) -> list[Bench]:
-    return [b for run in runs for b in run.benchmarks.values()]
+    """Every benchmark once, combined over the runs by the report's one rule (store.COMBINING)."""
+    return combined(runs)
+
+
+def _source(runs: list[Run]) -> str:
+    """The caption's 'where from': the runs, the rule that combined them, and the host."""
+    mine = (runs[0].machine_info.get("opbench") or {}) if runs else {}
+    def short(run: Run) -> str:  # a storage run by its id: 0003_<commit>_<date> -> 0003
+        head = run.label.split("_", 1)[0]
+        return head if head.isdigit() and len(head) == 4 else run.label[:24]
+
+    names = ", ".join(short(r) for r in runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
+    rule = f"median over {len(runs)} runs" if len(runs) > 1 else "one run"
+    return f"run {names} ({rule}); {mine.get('cpu_model', 'unknown CPU')}, {mine.get('threads', '?')} threads"
+
+
+def _log_ticks(axis) -> None:
+    """Log-axis ticks labelled once, as plain numbers (no 10^x beside minor labels)."""
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_locator(ticker.NullLocator())
 
 
 def _identified(runs: list[Run]) -> list[tuple[Bench, Identity]]:
@@ -32,23 +59,33 @@ def _identified(runs: list[Run]) -> list[tuple[Bench, Identity]]:
     return [(b, who) for b in _benches(runs) if (who := b.identity) is not None and b.thread_sweep is None]
 
 
-def _save(fig, folder: Path, name: str) -> Path:
+CAPTION = "caption"  # the text under a saved figure, kept in its PNG metadata for the HTML page
+
+
+def _save(fig, folder: Path, name: str, caption: str = "") -> Path:
+    """Save with the caption (what the plot shows and where its data came from) under the axes."""
     path = folder / name
-    fig.tight_layout()
+    if caption:
+        fig.text(0.01, 0.01, caption, fontsize=8, color="#444", ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.07 if caption else 0, 1, 1))
     try:
-        replace_atomic(path, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
+        replace_atomic(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png",
+                                                     metadata={"Description": caption}))
     finally:
         plt.close(fig)
     return path
 
 
-def _line_plot(ax, folder: Path, name: str, xlabel: str, ylabel: str, title: str) -> Path:
+def _line_plot(ax, folder: Path, name: str, xlabel: str, ylabel: str, title: str, caption: str = "") -> Path:
     """Label a line plot, add its legend and save it."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7)
-    return _save(ax.figure, folder, name)
+    ax.legend()
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            _log_ticks(axis)
+    return _save(ax.figure, folder, name, caption)
 
 
 def _size(bench: Bench) -> float | None:
@@ -67,24 +104,29 @@ def bars_per_operator(runs: list[Run], folder: Path) -> list[Path]:
     by_op: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for b, who in _identified(runs):
         by_op[f"{who.subject}-{who.direction} {who.where}"][who.size][b.column] = b.median
-    return [_grouped_bars(folder, f"bars-{_slug(op)}.png", op, sizes) for op, sizes in sorted(by_op.items())]
+    return [_grouped_bars(folder, f"bars-{_slug(op)}.png", f"{op}: median time per call", sizes,
+                          caption=f"Lower is better; sizes on x, a bar per framework/mode. From {_source(runs)}.")
+            for op, sizes in sorted(by_op.items())]
 
 
 def _grouped_bars(folder: Path, name: str, title: str, categories: dict[str, dict[str, float]],
-                  ylabel: str = "median time (ms)") -> Path:
-    """Bars of seconds (shown in ms, log scale): one cluster per category, one bar per column."""
+                  ylabel: str = "median time (ms, log scale)", caption: str = "") -> Path:
+    """Bars of seconds (shown in ms, log scale): one cluster per category (in natural order), one
+    bar per column."""
+    categories = {k: categories[k] for k in sorted(categories, key=natural)}
     columns = sorted({c for cells in categories.values() for c in cells})
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(categories) * len(columns) / 4), 4))
+    fig, ax = plt.subplots(figsize=(max(FIGSIZE[0], 0.35 * len(categories) * len(columns)), FIGSIZE[1]))
     width = 0.8 / len(columns)
     for i, col in enumerate(columns):
-        ax.bar(np.arange(len(categories)) + i * width, [cells.get(col, 0) * 1e3 for cells in categories.values()],
+        ax.bar(np.arange(len(categories)) + i * width, [cells.get(col, np.nan) * 1e3 for cells in categories.values()],
                width, label=col)
-    ax.set_xticks(np.arange(len(categories)) + 0.4 - width / 2, list(categories), rotation=15, fontsize=7)
+    ax.set_xticks(np.arange(len(categories)) + 0.4 - width / 2, list(categories), rotation=15, ha="right")
     ax.set_yscale("log")
+    _log_ticks(ax.yaxis)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7)
-    return _save(fig, folder, name)
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
+    return _save(fig, folder, name, caption)
 
 
 def scaling(runs: list[Run], folder: Path) -> list[Path]:
@@ -97,7 +139,7 @@ def scaling(runs: list[Run], folder: Path) -> list[Path]:
     for op, columns in sorted(by_op.items()):
         if max(len({s for s, _ in pts}) for pts in columns.values()) < 2:
             continue
-        _, ax = plt.subplots(figsize=(6, 4))
+        _, ax = plt.subplots(figsize=FIGSIZE)
         for col, pts in sorted(columns.items()):
             pts.sort()
             sizes, times = zip(*pts, strict=True)
@@ -105,7 +147,9 @@ def scaling(runs: list[Run], folder: Path) -> list[Path]:
             label = f"{col} (exponent {slope:.2f})" if slope is not None else col
             ax.loglog(sizes, times, marker="o", label=label)
         paths.append(_line_plot(ax, folder, f"scaling-{_slug(op)}.png", "problem size: FLOPs per call (bytes "
-                                "where no FLOP count)", "median time (s)", f"{op}: time against problem size"))
+                                "where no FLOP count)", "median time (s)", f"{op}: time against problem size",
+                                "Log-log; an exponent of 1 is linear scaling, below 1 the small sizes pay a fixed "
+                                f"cost. From {_source(runs)}."))
     return paths
 
 
@@ -117,13 +161,14 @@ def thread_scaling(runs: list[Run], folder: Path) -> list[Path]:
             curves[b.group][b.column].append((b.thread_sweep, b.median))
     paths = []
     for group, columns in sorted(curves.items()):
-        _, ax = plt.subplots(figsize=(6, 4))
+        _, ax = plt.subplots(figsize=FIGSIZE)
         for col, pts in sorted(columns.items()):
             pts.sort()
             threads, times = zip(*pts, strict=True)
             ax.plot(threads, [times[0] / t for t in times], marker="o", label=col)
         paths.append(_line_plot(ax, folder, f"threads-{_slug(group)}.png", "threads",
-                                "speedup over the fewest threads", group))
+                                "speedup over the fewest threads", f"{group}: thread scaling",
+                                f"Higher is better; one process per thread count. From {_source(runs)}."))
     return paths
 
 
@@ -136,7 +181,8 @@ def training_steps(runs: list[Run], folder: Path) -> list[Path]:
     if not models:
         return []
     return [_grouped_bars(folder, "training-steps.png", "training-step time per model", models,
-                          "training step, median (ms)")]
+                          "training step, median (ms, log scale)",
+                          f"Lower is better; each model at its own batch. From {_source(runs)}.")]
 
 
 def data_parallel(runs: list[Run], folder: Path) -> list[Path]:
@@ -147,14 +193,15 @@ def data_parallel(runs: list[Run], folder: Path) -> list[Path]:
         by_plot[curve.model, curve.where].append(curve)
     paths = []
     for (model, where), found in sorted(by_plot.items()):
-        _, ax = plt.subplots(figsize=(6, 4))
+        _, ax = plt.subplots(figsize=FIGSIZE)
         for curve in found:
             workers = sorted(curve.samples)
             line = ax.plot(workers, [curve.samples[w] for w in workers], marker="o", label=curve.column)[0]
             if 1 in curve.samples:
                 ax.plot(workers, [w * curve.samples[1] for w in workers], ":", color=line.get_color())
         paths.append(_line_plot(ax, folder, f"data-parallel-{_slug(model + '-' + where)}.png", "workers",
-                                "samples/s (global)", f"{model} data-parallel training, {where} (dotted: linear)"))
+                                "samples/s (global)", f"{model} data-parallel training, {where}",
+                                f"Higher is better; dotted: linear scaling from one worker. From {_source(runs)}."))
     return paths
 
 
@@ -166,7 +213,7 @@ def convergence(runs: list[Run], folder: Path) -> list[Path]:
         by_row[c.row].append(c)
     paths = []
     for row, items in sorted(by_row.items()):
-        fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
         for c in sorted(items, key=lambda c: c.column):
             points = c.extra["curve"]
             acc = [p["heldout_acc"] for p in points]
@@ -178,9 +225,10 @@ def convergence(runs: list[Run], folder: Path) -> list[Path]:
                 ax.axhline(target, linestyle=":", color="grey")
             ax.set_xlabel(xlabel)
         by_time.set_ylabel("held-out accuracy")
-        by_time.legend(fontsize=7)
-        fig.suptitle(f"{row}: held-out accuracy (dotted: target)")
-        paths.append(_save(fig, folder, f"convergence-{_slug(row)}.png"))
+        by_time.legend()
+        fig.suptitle(f"{row}: held-out accuracy")
+        paths.append(_save(fig, folder, f"convergence-{_slug(row)}.png",
+                           f"Dotted: the target accuracy. From {_source(runs)}."))
     return paths
 
 
@@ -193,25 +241,44 @@ def breakdowns(runs: list[Run], folder: Path) -> list[Path]:
     paths = []
     for row, items in sorted(by_row.items()):
         items.sort(key=lambda p: p.column)
-        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(items)), 4.5))
+        fig, ax = plt.subplots(figsize=(max(FIGSIZE[0], 1.1 * len(items)), FIGSIZE[1]))
         x, bottom = np.arange(len(items)), np.zeros(len(items))
         for family in FAMILIES:
             ms = np.array([p.shares().get(family, 0.0) * p.median * 1e3 for p in items])
             if ms.any():
                 ax.bar(x, ms, 0.7, bottom=bottom, label=family)
                 bottom += ms
-        predicted = [(i, p.info["prediction"]["predicted_s"] * 1e3) for i, p in enumerate(items)
-                     if p.info.get("prediction")]
-        if predicted:
-            ax.scatter(*zip(*predicted, strict=True), marker="D", color="black", zorder=3,
-                       label="operator suite's prediction")
-        ax.set_xticks(x, [p.column for p in items], rotation=20, fontsize=7)
+        _predictions(ax, [(i, p.info["prediction"]["predicted_s"] * 1e3) for i, p in enumerate(items)
+                          if p.info.get("prediction")], float(bottom.max()))
+        ax.set_xticks(x, [p.column for p in items], rotation=20, ha="right")
         ax.set_ylabel("timed median (ms), split by the profiled shares")
-        ax.set_title(f"{row}: where the step's time goes", fontsize=9)
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1, 1))
-        fig.tight_layout()
-        paths.append(_save(fig, folder, f"breakdown-{_slug(row)}.png"))
+        ax.set_title(f"{row}: where the step's time goes")
+        ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
+        paths.append(_save(fig, folder, f"breakdown-{_slug(row)}.png",
+                           f"Bars: timed median split by the profiler's family shares; diamonds: the operator "
+                           f"suite's prediction (an arrow and its value where it lies off the scale). From "
+                           f"{_source(runs)}."))
     return paths
+
+
+OFF_SCALE = 1.5  # a prediction above this many times the tallest bar is drawn at the top with its value
+
+
+def _predictions(ax, points: list[tuple[int, float]], tallest: float) -> None:
+    """The prediction markers, without squashing the bars: the axis stops at OFF_SCALE x the tallest
+    bar, and a prediction above it is an arrow at the top, labelled with its value."""
+    if not points:
+        return
+    top = OFF_SCALE * tallest if tallest > 0 else max(v for _, v in points)
+    inside = [(i, v) for i, v in points if v <= top]
+    if inside:
+        ax.scatter(*zip(*inside, strict=True), marker="D", color="black", zorder=3,
+                   label="operator suite's prediction")
+    for i, v in points:
+        if v > top:
+            ax.annotate(f"prediction {v:,.3g} ms", (i, top * 0.98), xytext=(i, top * 0.8), ha="center",
+                        fontsize=8, arrowprops={"arrowstyle": "->"}, zorder=3)
+    ax.set_ylim(0, top * 1.02)
 
 
 def all_plots(runs: list[Run], folder: Path) -> list[Path]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from opbench.core import schema
 from opbench.results import breakdown, convergence, scaling
-from opbench.results.store import Bench, Run
-from opbench.results.tables import fmt_time, table
+from opbench.results.store import COMBINING, Bench, Run, combined
+from opbench.results.tables import fmt_time, natural, table
 
 # the percentiles opbench.suites.measure records for inference (kept in step by tests/test_cli.py)
 LATENCY_PERCENTILES = (50, 90, 99)
@@ -24,6 +23,8 @@ class Cell:
     numpy_gemm: float | None = None  # NumPy's fp32 GEMM GFLOP/s in the same run (CPU)
     latency: tuple[float, ...] | None = None  # p50, p90, p99 per call (inference)
     ran: str | None = None  # what was observed to run: threads, and a model's compute type
+    busy: bool = False  # timed while other work took more CPUs than were free
+    memory: tuple[float | None, float | None] = (None, None)  # peak resident set, peak device memory (bytes)
 
 
 @dataclass
@@ -43,24 +44,23 @@ def row_key(bench: Bench) -> str:
     return f"{bench.group} @t{n}" if n is not None else bench.group
 
 
+def cell_of(bench: Bench) -> Cell:
+    e = bench.extra
+    flops = e.get("flops")
+    latency = tuple(e.get(f"latency_p{q}_s") for q in LATENCY_PERCENTILES)
+    rss = e.get("peak_rss_bytes")
+    rss = max(rss) if isinstance(rss, list) and rss else rss  # a distributed run: its largest worker
+    return Cell(bench.median, bench.iqr, flops / bench.median / 1e9 if flops else None,
+                # %-of-peak only for exact FLOP counts (results before the flag: all)
+                e.get("peak_gflops") if e.get("flops_exact", True) else None,
+                e.get("numpy_gemm_gflops"), None if None in latency else latency, _ran(e), schema.busy(e),
+                (rss, e.get("peak_device_bytes")))
+
+
 def grid(runs: list[Run]) -> Grid:
-    """One grid from one or more runs; a benchmark in several runs gets the median of its medians."""
-    seen: dict[tuple[str, str], list[tuple[Bench, Run]]] = {}
-    for run in runs:
-        for bench in run.benchmarks.values():
-            seen.setdefault((row_key(bench), bench.column), []).append((bench, run))
-    cells = {}
-    for key, entries in seen.items():
-        medians = [b.median for b, _ in entries]
-        bench, run = entries[0]
-        median = float(np.median(medians))
-        flops = bench.extra.get("flops")
-        cells[key] = Cell(median, float(np.median([b.iqr for b, _ in entries])),
-                          flops / median / 1e9 if flops else None,
-                          # %-of-peak only for exact FLOP counts (results before the flag: all)
-                          bench.extra.get("peak_gflops") if bench.extra.get("flops_exact", True) else None,
-                          bench.extra.get("numpy_gemm_gflops"), _latency(entries), _ran(bench.extra))
-    rows = sorted({r for r, _ in cells})
+    """One grid from one or more runs, combined by store.COMBINING."""
+    cells = {(row_key(b), b.column): cell_of(b) for b in combined(runs)}
+    rows = sorted({r for r, _ in cells}, key=natural)
     columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith("numpy"), c))
     return Grid(rows, columns, cells)
 
@@ -81,15 +81,6 @@ def _ran(extra: dict) -> str | None:
     return ", ".join(parts) or None
 
 
-def _latency(entries: list[tuple[Bench, Run]]) -> tuple[float, ...] | None:
-    """The median over runs of each latency percentile, where every run recorded them."""
-    keys = [f"latency_p{q}_s" for q in LATENCY_PERCENTILES]
-    values = [[b.extra.get(k) for k in keys] for b, _ in entries]
-    if not values or any(v is None for row in values for v in row):
-        return None
-    return tuple(float(np.median(column)) for column in zip(*values, strict=True))
-
-
 def _metric_rows(g: Grid, metric) -> list[tuple[str, ...]]:
     return [(r, *(metric(g, r, c) for c in g.columns)) for r in g.rows]
 
@@ -99,7 +90,8 @@ def _time(g: Grid, r: str, c: str) -> str:
     if c not in cells:
         return "-"
     fastest = min(cells, key=lambda k: cells[k].median)
-    return fmt_time(cells[c].median) + (" *" if c == fastest and len(cells) > 1 else "")
+    return (fmt_time(cells[c].median) + (" *" if c == fastest and len(cells) > 1 else "")
+            + (" !" if cells[c].busy else ""))
 
 
 def _iqr(g, r, c):
@@ -138,8 +130,17 @@ def _vs_slowest(g, r, c):
     return f"x{max(x.median for x in cells.values()) / cells[c].median:.2f}" if c in cells else "-"
 
 
+def _memory(g, r, c):
+    cell = g.row(r).get(c)
+    rss, device = cell.memory if cell else (None, None)
+    if not rss and not device:
+        return "-"
+    mib = [f"{v / 2**20:,.0f} MiB" if v else "-" for v in (rss, device)]
+    return mib[0] if not device else f"{mib[0]} / {mib[1]}"
+
+
 METRICS = (
-    ("median time (* fastest)", _time),
+    ("median time (* fastest, ! timed on a busy machine)", _time),
     ("IQR / median", _iqr),
     ("GFLOP/s", _gflops),
     ("share of the device's ceiling", _peak_share),
@@ -153,6 +154,7 @@ LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENT
 
 
 AMP_TITLE = "mixed-precision speed-up: float32 time / amp time (models)"
+MEMORY_TITLE = "peak memory: resident set (/ device memory on a GPU), models"
 RAN_TITLE = ("what ran, observed: threads (per-thread CPU time), a model's compute type and a 16-bit operator's "
              "product type (read from the framework), another framework's team on the same OpenMP runtime")
 
@@ -182,31 +184,77 @@ def _amp_rows(g: Grid) -> list[tuple[str, ...]]:
     return out
 
 
+def _filled(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The rows with at least one value."""
+    return [row for row in rows if any(cell != "-" for cell in row[1:])]
+
+
 def tables(g: Grid) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
-    """(title, header, rows) for every metric; the latency table only over the rows that have
-    latencies, the mixed-precision table only over amp rows with a float32 twin, each only when
-    there are any."""
-    header = ("benchmark", *g.columns)
-    out = [(title, header, _metric_rows(g, metric)) for title, metric in METRICS]
-    rows = [row for row in _metric_rows(g, _latencies) if any(cell != "-" for cell in row[1:])]
-    out += [(LATENCY_TITLE, header, rows)] if rows else []
+    """(title, header, rows) for every metric, each over only the rows that have a value in it, and
+    only when there are any (a GFLOP/s table of models alone would be all '-'); the mixed-precision
+    table over amp rows with a float32 twin."""
+    metrics = (*METRICS, (LATENCY_TITLE, _latencies), (MEMORY_TITLE, _memory), (RAN_TITLE, _what_ran))
+    out = []
+    for title, metric in metrics:
+        rows = _metric_rows(g, metric) if metric is _time else _filled(_metric_rows(g, metric))
+        out += [(title, ("benchmark", *g.columns), rows)] if rows else []
     amp = _amp_rows(g)
-    out += [(AMP_TITLE, header, amp)] if amp else []
-    ran = [row for row in _metric_rows(g, _what_ran) if any(cell != "-" for cell in row[1:])]
-    return out + ([(RAN_TITLE, header, ran)] if ran else [])
+    if amp:
+        out.insert(len(METRICS), (AMP_TITLE, ("benchmark", *g.columns), amp))
+    return out
+
+
+def _builds(info: dict) -> str:
+    """'torch 2.13.0 (mkldnn, openmp, cuda 12.8)' from a framework's saved facts."""
+    if "unavailable" in info:
+        return f"unavailable: {info['unavailable']}"
+    def text(v) -> str:
+        return ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+    parts = [k if v is True else f"{k} {text(v)}" for k, v in info.items()
+             if k != "version" and v not in (False, None, "", [], ())]
+    return f"{info.get('version', '?')}" + (f" ({', '.join(map(str, parts))})" if parts else "")
+
+
+def environment(run: Run) -> list[str]:
+    """What a run measured on, from its machine_info: CPU, threads, allocator, frameworks."""
+    mine = run.machine_info.get("opbench") or {}
+    cpu = mine.get("cpu_model") or (run.machine_info.get("cpu") or {}).get("brand_raw") or "unknown CPU"
+    host = [f"CPU {cpu}", f"{mine.get('cores', '?')} cores ({mine.get('affinity', '?')} usable)",
+            f"threads {mine.get('threads', '?')}", f"malloc {str(mine.get('malloc', '?')).split()[0]}",
+            f"profile {mine.get('profile', '?')}", f"python {run.machine_info.get('python_version', '?')}"]
+    lines = ["  " + ", ".join(host)]
+    lines += [f"  {name} {_builds(info)}" for name, info in (mine.get("frameworks") or {}).items()]
+    return lines
+
+
+def headline(run: Run) -> str:
+    """'<path>: <date>, complete, 20 benchmarks, 2 timed on a busy machine'."""
+    status = run.status.get("status") or "status not recorded"
+    failed = len(run.status.get("failed", []))
+    busy = sum(1 for b in run.benchmarks.values() if schema.busy(b.extra))
+    load = (f"{busy} timed on a busy machine (marked !)" if busy else "none timed on a busy machine"
+            if any(schema.LOAD in b.extra for b in run.benchmarks.values()) else "machine load not recorded")
+    return (f"{run.path}: {run.datetime.replace('T', ' ')[:19] or 'date unknown'}, {status}"
+            + (f" ({failed} failed)" if failed else "") + f", {len(run.benchmarks)} benchmarks, {load}")
 
 
 def format_text(runs: list[Run], markdown: bool = False) -> str:
-    g = grid(runs)
-    lines = [f"runs: {', '.join(str(r.path) for r in runs)}"]
-    for run in runs:
-        status = run.status.get("status")
-        if status == "interrupted":
-            lines.append(f"WARNING: {run.path} was interrupted: its figures cover only the benchmarks that finished")
-        elif status == "failed":
-            lines.append(f"note: {run.path}: {len(run.status.get('failed', []))} test(s) failed in that run and "
-                         "have no figures")
-    for title, header, rows in tables(g):
+    from opbench.results.compare import environment_diff
+
+    lines = []
+    for i, run in enumerate(runs):
+        lines.append(("- " if markdown else "run ") + headline(run))
+        if i == 0:
+            lines += environment(run)
+        else:
+            diff = [d for d in environment_diff(runs[:1], [run]) if d[0] != "datetime"]
+            lines += [f"  {k}: {a} -> {b}" for k, a, b in diff] or ["  the same environment as the first run"]
+        if run.interrupted:
+            lines.append("  WARNING: interrupted: its figures cover only the benchmarks that finished")
+    if len(runs) > 1:
+        lines.append(f"{len(runs)} runs: {COMBINING}")
+    for title, header, rows in tables(grid(runs)):
         lines += ["", f"## {title}" if markdown else f"{title}:"]
         lines += table(header, rows, markdown)
     lines += scaling.format_lines(runs, markdown)

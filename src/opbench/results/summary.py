@@ -3,8 +3,10 @@ of this session, and with --benchmark-compare the verdicts against the compared 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from opbench.core import schema
 from opbench.results import report
 from opbench.results.compare import compare, format_text
 from opbench.results.store import ResultsError, Run, bench_of, load_run
@@ -28,6 +30,25 @@ def session_run(bs) -> Run:
     return Run(Path("this session"), machine_info, "", benches)
 
 
+def busy_lines(run: Run, most: int = 10) -> list[str]:
+    """The benchmarks timed while other work took more CPUs than were free: their times are the
+    machine's as much as the framework's."""
+    busy = [b for b in run.benchmarks.values() if schema.busy(b.extra)]
+    if not busy:
+        return []
+    out = ["", f"opbench: WARNING: {len(busy)} of {len(run.benchmarks)} benchmarks were timed on a busy machine "
+               "(other work took more CPUs than they left free; marked ! in opbench report): run them again alone"]
+    out += [f"  {b.name}: {schema.load_line(b.extra[schema.LOAD])}" for b in busy[:most]]
+    return out + ([f"  ... and {len(busy) - most} more"] if len(busy) > most else [])
+
+
+def _only(saved: Run, now: Run) -> Run:
+    """The saved run's benchmarks that this session ran too: a session that selects fewer is not
+    a candidate with missing benchmarks."""
+    kept = {name: b for name, b in saved.benchmarks.items() if name in now.benchmarks}
+    return replace(saved, benchmarks=kept or saved.benchmarks)
+
+
 def lines(bs) -> list[str]:
     """Lines for the terminal: the median-time grid, then the comparison if one was asked for."""
     now = session_run(bs)
@@ -35,12 +56,13 @@ def lines(bs) -> list[str]:
         return []
     title, header, rows = report.tables(report.grid([now]))[0]
     out = ["", f"opbench: {title}, frameworks and modes side by side", *text_table(header, rows)]
+    out += busy_lines(now)
     for path in (bs.compared_mapping or {}):
         try:
             saved = Path(path)
             baseline = load_run(saved if saved.is_absolute() else Path(str(bs.storage.path)) / saved)
-            out += ["", f"opbench: verdicts against {path} (candidate: this session)"]
-            out += format_text(compare([baseline], [now])).splitlines()
+            out += ["", f"opbench: against {path} (candidate: this session)"]
+            out += format_text(compare([_only(baseline, now)], [now])).splitlines()
         except ResultsError as exc:
             out.append(f"opbench: cannot compare with {path}: {exc}")
     return out

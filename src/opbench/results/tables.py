@@ -3,6 +3,8 @@ Every table opbench shows (report, compare, scaling, the session summary) is mad
 
 from __future__ import annotations
 
+import re
+
 
 def fmt_time(seconds: float) -> str:
     """A duration with a unit that keeps 3 to 4 significant digits readable."""
@@ -24,3 +26,8 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]], markdown: bool =
         return "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(cells))
 
     return [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]
+
+
+def natural(text: str) -> tuple:
+    """A sort key that orders numbers inside text by value: 256x256 before 1024x1024, b1 before b128."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text))

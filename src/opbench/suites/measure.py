@@ -306,6 +306,20 @@ def recording(benchmark, case, extra: dict[str, Any]) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
+def loaded(benchmark, team: int) -> Iterator[None]:
+    """Around exactly the timed rounds: how busy the machine was meanwhile (opbench.harness.load),
+    saved under extra_info's schema.LOAD. Read before and after, never during."""
+    from opbench.harness.load import MachineLoad
+
+    if benchmark.disabled:
+        yield
+        return
+    with MachineLoad(team) as meter:
+        yield
+    benchmark.extra_info[schema.LOAD] = meter.load.as_dict()
+
+
 def measure(benchmark, bound) -> None:
     """Benchmark one bound case: pin threads, run once (first-call latency), verify against
     NumPy, then time with pytest-benchmark and check the result is physically plausible."""
@@ -314,20 +328,25 @@ def measure(benchmark, bound) -> None:
     with recording(benchmark, case, describe(case, backend, ready, state)):
         _time_and_check(benchmark, case, ready.prepared, state)
     if case.is_model and state.settings.breakdown != "off":  # after timing, never inside it
-        benchmark.extra_info["breakdown"] = breakdown(case, backend, ready.prepared.call, state.settings.breakdown)
+        benchmark.extra_info["breakdown"] = breakdown(case, backend, ready.prepared.call, state.settings.breakdown,
+                                                      state.threads)
 
 
 class BreakdownFailed(UserWarning):
     """The profiled pass after a model's timed rounds failed; the timed result stands."""
 
 
-def breakdown(case, backend, call, level: str) -> dict[str, Any]:
-    """The --breakdown pass (opbench.suites.breakdown), run after timing. Its failure costs the
-    breakdown, never the timed result: it is recorded in place of the breakdown and warned about."""
+def breakdown(case, backend, call, level: str, team: int = 1) -> dict[str, Any]:
+    """The --breakdown pass (opbench.suites.breakdown), run after timing, with how busy the machine
+    was meanwhile (its prediction times operators). Its failure costs the breakdown, never the
+    timed result: it is recorded in place of the breakdown and warned about."""
+    from opbench.harness.load import MachineLoad
     from opbench.suites.breakdown import profiled_pass
 
     try:
-        return profiled_pass(case, backend, call, level)
+        with MachineLoad(team) as meter:
+            result = profiled_pass(case, backend, call, level)
+        return {**result, schema.LOAD: meter.load.as_dict()}
     except Exception as exc:
         message = one_line(exc, limit=300)
         warnings.warn(f"{case.id}: --breakdown {level} failed, the timed result is kept: {message}",
@@ -340,7 +359,7 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
         from opbench.harness.allocator import release
 
         release()
-    with PeakRSS() as rss:
+    with PeakRSS() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
     timing = timing_of(benchmark)
     if timing is None:

@@ -291,7 +291,7 @@ def measure(benchmark, bound) -> None:
     extra_info. With --benchmark-disable (correctness only) the gated run is all that runs."""
     import pytest
 
-    from opbench.suites.measure import identity, recording, threads_of
+    from opbench.suites.measure import identity, loaded, recording, threads_of
 
     case, backend, state = bound.case, bound.backend, bound.state
     threads, observation = threads_of(case, backend, state)
@@ -319,8 +319,9 @@ def measure(benchmark, bound) -> None:
             benchmark.pedantic(gate)
         else:
             gate()
-            benchmark.pedantic(lambda: timed.append(train(native, backend, model, plan, epochs)),
-                               rounds=ROUNDS[state.settings.profile], iterations=1)
+            with loaded(benchmark, threads):
+                benchmark.pedantic(lambda: timed.append(train(native, backend, model, plan, epochs)),
+                                   rounds=ROUNDS[state.settings.profile], iterations=1)
             for i, curve in enumerate(timed, start=1):
                 check_plan_and_curve(case, native, plan, curve, data_dir)
                 check_evaluation(case, plan, curve, f"timed run {i}")

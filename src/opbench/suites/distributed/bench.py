@@ -14,7 +14,7 @@ from opbench.suites import target
 from opbench.suites.distributed import equivalence
 from opbench.suites.distributed.engines import ENGINES, LOOPBACK, Topology, free_port
 from opbench.suites.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
-from opbench.suites.measure import identity, recording, timing_of
+from opbench.suites.measure import identity, loaded, recording, timing_of
 from opbench.workloads.models import catalogue
 
 WARMUP_STEPS = 10  # excluded from timing, as the study did
@@ -69,7 +69,8 @@ def measure_distributed(benchmark, bound) -> None:
                  "warmup_steps": WARMUP_STEPS, "engine_config": setup[0]["config"],
                  "coordinator_overhead_s": overhead}
         with recording(benchmark, case, extra):
-            benchmark(lambda: group.ask("step"))
+            with loaded(benchmark, case.workers):  # one thread per worker process
+                benchmark(lambda: group.ask("step"))
             timing = timing_of(benchmark)
             if timing is not None:
                 _after_timing(benchmark, case, group, timing.median_s, overhead, setup[0]["comm_off"])

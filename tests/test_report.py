@@ -1,0 +1,79 @@
+"""The report a person reads: the environment first, one rule for several runs in tables and
+plots alike, sizes in numeric order, no empty tables, peak memory, busy results marked, and
+plots a breakdown's far-off prediction cannot squash."""
+
+from __future__ import annotations
+
+from opbench.results import plots, report
+from opbench.results.store import combined, load_run
+from opbench.results.tables import natural
+
+from .helpers import bench, write
+
+
+def _gemm(size: int, t: float, framework: str = "torch", **extra) -> dict:
+    shape = f"{size}x{size}x{size}"
+    return bench(f"test_gemm[{framework}-cpu-eager-float32-{shape}]", t, f"gemm-forward[cpu-float32-{shape}]",
+                 framework=framework, flops=2 * size**3, op="gemm", direction="forward", shape=shape, **extra)
+
+
+def test_sizes_sort_by_value_not_as_text():
+    rows = ["gemm-forward[cpu-float32-1024x1024x1024]", "gemm-forward[cpu-float32-256x256x256]",
+            "mlp-inference[cpu-float32-mlp-b128]", "mlp-inference[cpu-float32-mlp-b1]"]
+    assert sorted(rows, key=natural) == [rows[1], rows[0], rows[3], rows[2]]
+
+
+def test_several_runs_are_combined_by_one_stated_rule_in_tables_and_plots(tmp_path):
+    """The table and the plots show the same number for a benchmark in two runs: the median of
+    their medians (one point per size: no zigzag), and the report says so."""
+    a = load_run(write(tmp_path / "a.json", [_gemm(256, 1e-3), _gemm(1024, 40e-3)]))
+    b = load_run(write(tmp_path / "b.json", [_gemm(256, 3e-3), _gemm(1024, 60e-3)]))
+    (small,) = [x for x in combined([a, b]) if "256x" in x.name]
+    assert small.median == 2e-3
+    g = report.grid([a, b])
+    assert g.cells["gemm-forward[cpu-float32-256x256x256]", "torch/eager"].median == 2e-3
+    assert g.rows == ["gemm-forward[cpu-float32-256x256x256]", "gemm-forward[cpu-float32-1024x1024x1024]"]
+    points = {(w.size, x.median) for x, w in plots._identified([a, b])}
+    assert points == {("256x256x256", 2e-3), ("1024x1024x1024", 50e-3)}
+    text = report.format_text([a, b])
+    assert "2 runs: a benchmark in several runs counts with the median of its runs' medians" in text
+
+
+def test_the_report_begins_with_the_environment_and_how_each_run_ended(tmp_path):
+    busy = {"load": {"other_cpus": 1.8, "steal": 0.0, "run_queue": 5, "cpus": 2, "team": 2, "wall_s": 1.0,
+                     "busy": True}}
+    a = load_run(write(tmp_path / "a.json", [_gemm(256, 1e-3, **busy), _gemm(1024, 4e-2)]))
+    b = load_run(write(tmp_path / "b.json", [_gemm(256, 1e-3)], torch_version="2.14.1"))
+    lines = report.format_text([a, b]).splitlines()
+    assert lines[0].startswith(f"run {a.path}: 2026-11-22 00:00:00, status not recorded, 2 benchmarks, "
+                               "1 timed on a busy machine (marked !)")
+    assert lines[1].startswith("  CPU cpu") and lines[2] == "  torch 2.13.0"
+    assert lines[3].startswith(f"run {b.path}") and "machine load not recorded" in lines[3]
+    assert lines[4] == "  opbench.frameworks.torch.version: 2.13.0 -> 2.14.1"
+    alone = report.format_text([a])
+    assert "  1 ms !" in alone and "40 ms !" not in alone and "  40 ms" in alone
+
+
+def test_empty_tables_are_left_out_and_peak_memory_is_shown(tmp_path):
+    """Models alone have no GFLOP/s, ceiling or NumPy share: those tables would be all '-'."""
+    model = bench("test_training[torch-cpu-eager-float32-mlp-b128]", 1e-3, "mlp-training[cpu-float32-mlp-b128]",
+                  flops=None, model="mlp", direction="training", shape="mlp-b128", peak_rss_bytes=300 * 2**20,
+                  peak_device_bytes=None)
+    titles = [t for t, _, _ in report.tables(report.grid([load_run(write(tmp_path / "m.json", [model]))]))]
+    assert not any(t.startswith(("GFLOP/s", "share of", "speedup over NumPy")) for t in titles), titles
+    memory = next(rows for t, _, rows in report.tables(report.grid([load_run(tmp_path / "m.json")]))
+                  if t == report.MEMORY_TITLE)
+    assert memory == [("mlp-training[cpu-float32-mlp-b128]", "300 MiB")]
+
+
+def test_a_far_off_prediction_does_not_squash_the_breakdown_bar():
+    """A 99 ms prediction beside a 3.4 ms step: the axis stops at 1.5 x the bar, and the
+    prediction is an arrow at the top with its value."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.bar([0], [3.4])
+    plots._predictions(ax, [(0, 99.0)], 3.4)
+    assert ax.get_ylim()[1] < 6
+    assert any("prediction 99 ms" in t.get_text() for t in ax.texts)
+    plt.close(fig)
