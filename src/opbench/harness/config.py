@@ -10,18 +10,18 @@ import math
 import os
 from dataclasses import dataclass
 
-from opbench import frameworks as backends
+from opbench import frameworks
 from opbench.workloads.models.precision import PRECISIONS
 
-# Every name below that concerns frameworks derives from the backends' declarations.
-FRAMEWORKS = tuple(backends.declared())
+# Every name below that concerns frameworks derives from the frameworks' declarations.
+FRAMEWORKS = tuple(frameworks.declared())
 DEVICES = ("cpu", "gpu")
 DTYPES = ("float32", "float16", "bfloat16")
 PROFILES = ("quick", "full")
 MALLOC_MODES = ("steady", "default")
 BREAKDOWNS = ("off", "profile", "predict")
 # The execution modes of each framework; known without importing any of them.
-FRAMEWORK_MODES = {name: f.modes for name, f in backends.declared().items()}
+FRAMEWORK_MODES = {name: f.modes for name, f in frameworks.declared().items()}
 MODES = tuple(dict.fromkeys(m for modes in FRAMEWORK_MODES.values() for m in modes))
 
 

@@ -11,7 +11,7 @@ import os
 import platform
 from typing import Any
 
-from opbench import frameworks as backends
+from opbench import frameworks
 from opbench.harness.config import Settings
 from opbench.harness.roofline import Roofline
 
@@ -30,13 +30,13 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def frameworks(names: tuple[str, ...]) -> dict[str, Any]:
+def framework_facts(names: tuple[str, ...]) -> dict[str, Any]:
     """Build facts of each framework, or why it is unavailable."""
     facts: dict[str, Any] = {}
     for name in names:
         try:
-            facts[name] = backends.load(name).info()
-        except backends.Unavailable as exc:
+            facts[name] = frameworks.load(name).info()
+        except frameworks.Unavailable as exc:
             facts[name] = {"unavailable": str(exc)}
     return facts
 
@@ -53,7 +53,7 @@ def update_machine_info(machine_info: dict, settings: Settings, threads: int, ma
         for key in CLOCK_FIELDS:
             cpu.pop(key, None)
     machine_info["opbench"] = {
-        "frameworks": frameworks(settings.frameworks if used is None else used),
+        "frameworks": framework_facts(settings.frameworks if used is None else used),
         "threads": threads,
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),

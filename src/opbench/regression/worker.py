@@ -126,11 +126,11 @@ class Worker:
         side, each worker's calibration GEMMs crowd the other's CPUs. A failure here is left for
         prepare to report."""
         from opbench.suites.measure import threads_of
-        from opbench.suites.ops import prepare as execute
+        from opbench.suites.ops.prepare import require
 
         _, case = self.collector.items[node_id]
         try:
-            threads_of(case, execute.require(case), self.collector.state)
+            threads_of(case, require(case), self.collector.state)
         except Exception as exc:
             return {"ok": True, "observed": False, "message": one_line(exc)}
         return {"ok": True, "observed": True}
