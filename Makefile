@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/pytest
 BENCH_ARGS ?=
 # `make test` leaves JAX's VGG models and its eager training benchmarks to `make bench` (eager JAX
-# compiles every primitive on first use: about 3.5 minutes here; tests/test_models.py still checks
+# compiles every primitive on first use: about 3.5 minutes here; tests/frameworks/test_models.py still checks
 # eager training of mlp, lenet and lstm), and checks the distributed benchmarks on the MLP at 2 workers
 # with the global batch split, for every engine and update rule (each case starts 2-4 processes that
 # import their framework: 10-25 s; the other models, 1 worker and weak scaling are left to
-# `make bench-distributed`, tests/test_distributed.py checks faults), and leaves ResNet-50 (a minute of
+# `make bench-distributed`, tests/suites/test_distributed.py checks faults), and leaves ResNet-50 (a minute of
 # float64 reference per framework) to `make bench`, and gates one epoch of the convergence runs in each
 # framework's plain mode and JAX's jit (eager JAX compiles every primitive, the other modes are compiled
 # variants of the same run) leaving the rest to `make bench-convergence`; `make test-full` checks everything.
@@ -63,7 +63,7 @@ test-numpy1: $(NUMPY1_STAMP)
 	$(NUMPY1)/bin/pytest benchmarks --benchmark-disable -q -p no:cacheprovider $(QUICK) $(CONVERGENCE_QUICK)
 
 # Debian's chromium, for the HTML report's test in a real headless browser
-# (tests/test_report_browser.py): installed once where it is missing, as root with apt.
+# (tests/results/test_report_browser.py): installed once where it is missing, as root with apt.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \

@@ -1,4 +1,4 @@
-"""Workers for tests/test_distributed.py: PyTorch's real DDP engine with one thing wrong. Each runs
+"""Workers for tests/suites/test_distributed.py: PyTorch's real DDP engine with one thing wrong. Each runs
 inside a distributed worker process (named as "tests.dist_fakes:Class")."""
 
 from __future__ import annotations

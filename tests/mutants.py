@@ -2,7 +2,7 @@
 
 A mutant is a small wrapper applied to a real backend: it changes what a framework computes the
 way a real bug would (a missing update, a stale gradient, a swapped gate, a wrong epsilon) and
-leaves everything else as it is. `tests/test_mutants.py` runs every float32 mutant through the
+leaves everything else as it is. `tests/plugin/test_mutants.py` runs every float32 mutant through the
 suite's own gate and fails when one survives; `python -m tests.mutants` prints the mutation score
 of each gate, for every framework installed.
 
@@ -637,7 +637,7 @@ OP_MUTANTS = (
 
 def op_case(framework: str, mutant: OpMutant, dtype: str = "float32") -> Case:
     """The benchmark's own quick case for the mutant's operator (eager); edge mutants: the edge
-    regimes' case of tests/test_edges.py."""
+    regimes' case of tests/frameworks/test_edges.py."""
     if mutant.gate == "operator edges":
         return edge_case(mutant.op, framework, "eager", "forward", dtype=dtype)
     spec = ops.get(mutant.op)

@@ -1,4 +1,4 @@
-"""Record the profiler outputs that tests/test_breakdown.py reads: one LeNet training step
+"""Record the profiler outputs that tests/suites/test_breakdown.py reads: one LeNet training step
 profile per framework and mode, as each framework's profiler wrote it (gzipped).
 
     .venv/bin/python -m tests.record_profiles [framework-mode ...]

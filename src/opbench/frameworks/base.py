@@ -44,7 +44,8 @@ class Framework:
     suites: tuple[str, ...] = ("ops", "models")  # "ops": operators, "models": the end-to-end suite
     load_before: tuple[str, ...] = ()  # frameworks imported first when installed (import-order crashes)
     directions: tuple[str, ...] = ("forward", "backward")  # ("forward",): an inference engine, no gradients
-    lacks: tuple[str, ...] = ()  # registered operators it does not implement (tests/test_registry.py holds it to it)
+    # registered operators it does not implement (tests/frameworks/test_registry.py holds it to it)
+    lacks: tuple[str, ...] = ()
 
 
 class Backend(abc.ABC):

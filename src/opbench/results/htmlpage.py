@@ -37,7 +37,7 @@ def caption(path: Path) -> str:
 
 
 # Each image says whether the browser decoded it (data-decoded="<width>" or data-broken), so a page
-# can be checked as rendered, not only as written (tests/test_report_browser.py).
+# can be checked as rendered, not only as written (tests/results/test_report_browser.py).
 _DECODED = "this.dataset.decoded=this.naturalWidth"
 _BROKEN = "this.dataset.broken=1"
 

@@ -10,7 +10,7 @@ from opbench.results import breakdown, convergence, scaling
 from opbench.results.store import COMBINING, Bench, Run, combined
 from opbench.results.tables import fmt_time, natural, table
 
-# the percentiles opbench.suites.measure records for inference (kept in step by tests/test_cli.py)
+# the percentiles opbench.suites.measure records for inference (kept in step by tests/results/test_cli.py)
 LATENCY_PERCENTILES = (50, 90, 99)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("sphinx-build", path=str(
     ROOT / ".venv" / "bin")) is None, reason="make and the project's .venv with sphinx-build are needed")

@@ -17,7 +17,7 @@ from opbench.regression import process as upgrade
 from opbench.results.compare import compare, environment_diff
 from opbench.results.store import load_run
 
-from .helpers import bench, gemm_runs, write
+from ..helpers import bench, gemm_runs, write
 
 
 def run_cli(*args) -> tuple[int, str, str]:

@@ -23,7 +23,7 @@ from opbench.regression.coordinator import PairedGate, Plan, Record, Side
 from opbench.results.stats import Rule, verdict
 from opbench.results.store import load_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIDES = (Side("baseline", sys.executable, dict(os.environ)), Side("candidate", sys.executable, dict(os.environ)))
 
 

@@ -17,7 +17,7 @@ from opbench.frameworks import EXTRA_PATH
 from opbench.workloads import ops
 from tests.helpers import load_or_skip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TOY = '''"""A toy framework: NumPy under another name (docs/contributing/extending.md, "A framework")."""
 
@@ -132,7 +132,7 @@ def test_the_registry_test_holds_a_new_framework_to_its_declaration(tmp_path):
     lacks = tuple(sorted(set(ops.REGISTRY) - {"relu", "gemm"}))
     source = ENGINE.replace("{lacks!r}", repr(lacks)).replace("    relu = staticmethod", "    rleu = staticmethod")
     path = framework_folder(tmp_path, "fwdonly", source)
-    out = pytest_run(ROOT, "tests/test_registry.py", "-k", "implements_exactly and fwdonly",
+    out = pytest_run(ROOT, "tests/frameworks/test_registry.py", "-k", "implements_exactly and fwdonly",
                      env={EXTRA_PATH: str(path)})
     assert out.returncode == 1 and "implements unregistered operators ['rleu']" in out.stdout, out.stdout[-3000:]
 
@@ -179,4 +179,4 @@ def test_an_operator_is_its_spec_and_one_line_per_framework(tmp_path):
 @pytest.mark.parametrize("step", ["A framework", "A forward-only engine", "An operator"])
 def test_extending_md_gives_each_step_this_file_takes(step):
     page = (ROOT / "docs/contributing/extending.md").read_text()
-    assert f"## {step}" in page and "tests/test_extending.py" in page
+    assert f"## {step}" in page and "tests/architecture/test_extending.py" in page

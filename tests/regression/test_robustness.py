@@ -21,9 +21,9 @@ from opbench.regression import envs
 from opbench.regression import process as upgrade
 from opbench.results.store import load_run
 
-from .helpers import bench, document, gemm_runs, write
+from ..helpers import bench, document, gemm_runs, write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args, cwd=None) -> tuple[int, str, str]:

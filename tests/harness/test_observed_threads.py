@@ -24,7 +24,7 @@ from opbench.harness.observed_threads import (
 )
 from opbench.pytest_plugin import Bound, State
 from opbench.suites.measure import ThreadMismatch, measure, observed_threads
-from tests.test_measure import FakeBenchmark, gemm_case
+from tests.suites.test_measure import FakeBenchmark, gemm_case
 
 NumpyBackend = type(frameworks.load("numpy"))
 CORES = len(os.sched_getaffinity(0))

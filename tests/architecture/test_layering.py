@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "opbench"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "opbench"
 
 # The first part of a module's dotted name below `opbench` decides its layer.
 LAYERS = {

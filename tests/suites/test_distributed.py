@@ -20,7 +20,7 @@ from opbench.suites.distributed.group import DistributedError, WorkerGroup
 from opbench.suites.ops.prepare import CorrectnessError
 from tests.helpers import bench, load_or_skip, write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DDP = ENGINES["ddp"]
 
 

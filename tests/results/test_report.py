@@ -8,7 +8,7 @@ from opbench.results import plots, report
 from opbench.results.store import combined, load_run
 from opbench.results.tables import natural
 
-from .helpers import bench, write
+from ..helpers import bench, write
 
 
 def _gemm(size: int, t: float, framework: str = "torch", **extra) -> dict:

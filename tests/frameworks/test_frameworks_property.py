@@ -34,7 +34,8 @@ def check(name: str, framework: str, mode: str, direction: str, p: dict, seed: i
     admission = admit(case)
     if admission.unavailable:
         pytest.skip(admission.unavailable)
-    if admission.issue:  # whether a small random problem reaches it is chance; tests/test_edges.py holds it to it
+    # whether a small random problem reaches a known issue is chance; tests/frameworks/test_edges.py holds it to it
+    if admission.issue:
         pytest.skip(f"known issue: {admission.issue.reason}")
     return prepare.verified(case, admission.backend)[1]
 

@@ -25,7 +25,7 @@ from opbench.workloads import ops
 from opbench.workloads.models import catalogue
 from tests.helpers import bench, load_or_skip, model_step, write
 
-PROFILES = Path(__file__).parent / "data" / "profiles"
+PROFILES = Path(__file__).parents[1] / "data" / "profiles"
 RECORDED_STEPS = 2  # tests/record_profiles.py's STEPS
 
 
@@ -312,7 +312,7 @@ def test_a_prediction_taken_on_a_busy_machine_is_marked(tmp_path):
     assert "note: ! the step was timed, or the profile and prediction taken, on a busy machine" in text
 
 
-MODELS = (Path(__file__).parents[1] / "benchmarks" / "e2e" / "test_models.py").read_text(encoding="utf-8")
+MODELS = (Path(__file__).parents[2] / "benchmarks" / "e2e" / "test_models.py").read_text(encoding="utf-8")
 
 
 def test_the_plugin_profiles_after_timing_when_asked(pytester: pytest.Pytester):

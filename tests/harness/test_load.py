@@ -17,7 +17,7 @@ from opbench.harness.load import Load, MachineLoad, family_cpu_seconds
 from opbench.results.store import Run, bench_of
 from opbench.results.summary import busy_lines
 
-from .helpers import bench
+from ..helpers import bench
 
 CPUS = sorted(os.sched_getaffinity(0))
 HZ = os.sysconf("SC_CLK_TCK")

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from .helpers import bench, write
+from ..helpers import bench, write
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -17,8 +17,8 @@ from opbench.suites.models.equivalence import CorrectnessError, check_low_precis
 from opbench.suites.ops import prepare
 from opbench.workloads.models import catalogue, datasets, precision, reference
 from opbench.workloads.models.spec import init_params
+from tests.frameworks.test_models import SMALL, model_case
 from tests.helpers import load_or_skip
-from tests.test_models import SMALL, model_case
 
 FRAMEWORKS = backends.taking_part("models")
 
