@@ -214,7 +214,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("convergence_case", as_params(training.cases(state.settings)), indirect=True)
     if "dist_case" in metafunc.fixturenames:
         state = metafunc.config.stash[STATE]
-        metafunc.parametrize("dist_case", as_params(dist_cases(state.settings)), indirect=True)
+        try:
+            cases = dist_cases(state.settings)
+        except ConfigError as exc:  # OPBENCH_DIST_NODES
+            raise pytest.UsageError(str(exc)) from None
+        metafunc.parametrize("dist_case", as_params(cases), indirect=True)
 
 
 @dataclass

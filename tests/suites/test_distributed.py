@@ -197,3 +197,49 @@ def test_report_shows_the_scaling_table_and_plots_samples_against_workers(tmp_pa
     mxnet_row = next(line for line in table if "mxnet/kvstore-async" in line).split()
     assert mxnet_row[3:6] == ["16,000", "16,000", "50%"]
     assert (tmp_path / "plots" / "data-parallel-mlp-cpu-strong-b128.png").stat().st_size > 0
+
+
+def test_several_nodes_name_their_topology_in_ids_batches_and_cases(monkeypatch):
+    """On 2 nodes of 2 workers, the id says n2xw2 (never the same as one node's w2), a weak global
+    batch grows with every worker of every node, a strong one splits over all 4, and the engines
+    that drive their replicas from one process are not offered."""
+    settings = resolve({"framework": "torch,mxnet,tensorflow", "workers": "2"})
+    one = {c.id for c in dist_cases(settings)}
+    monkeypatch.setenv("OPBENCH_DIST_NODES", "2")
+    cases = dist_cases(settings)
+    assert cases and not one & {c.id for c in cases}
+    assert {c.engine for c in cases} == {"ddp", "kvstore", "mwms"}
+    weak = next(c for c in cases if c.scaling == "weak" and c.name == "mlp" and c.engine == "ddp")
+    assert weak.world == 4 and weak.global_batch == 4 * weak.batch and "-n2xw2-" in weak.id
+    assert all(c.global_batch % 4 == 0 for c in cases if c.scaling == "strong")
+    monkeypatch.setenv("OPBENCH_DIST_NODES", "two")
+    with pytest.raises(ValueError, match="OPBENCH_DIST_NODES"):
+        dist_cases(settings)
+
+
+def test_across_nodes_gloo_and_ps_lite_are_told_the_interface_that_reaches_the_master():
+    """The host name resolved to 127.0.0.1, so gloo advertised loopback to the other node."""
+    from opbench.suites.distributed.engines import interface_for
+
+    assert interface_for("127.0.0.1") == "lo"
+    topo = Topology(1, nodes=2, node_rank=1, master_addr="10.250.0.1", master_port=29500, interface="veth1")
+    assert DDP.worker_env(topo, 0, "sync")["GLOO_SOCKET_IFNAME"] == "veth1"
+    kv = ENGINES["kvstore"]
+    assert kv.worker_env(topo, 0, "sync")["DMLC_INTERFACE"] == "veth1"
+    assert "GLOO_SOCKET_IFNAME" not in DDP.worker_env(Topology(1, master_port=1), 0, "sync")
+
+
+def test_tensorflow_across_nodes_without_every_workers_address_fails_at_once(monkeypatch):
+    from opbench.suites.distributed import bench
+
+    monkeypatch.setenv("OPBENCH_DIST_NODES", "2")
+    monkeypatch.setenv("OPBENCH_DIST_NODE_RANK", "1")
+    monkeypatch.setenv("OPBENCH_DIST_MASTER", "127.0.0.1:29500")
+    monkeypatch.delenv("OPBENCH_DIST_HOSTS", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="needs OPBENCH_DIST_HOSTS: every worker's host:port"):
+        bench.topology(1, ENGINES["mwms"])
+    topo = bench.topology(1, ENGINES["ddp"])
+    assert (topo.world, topo.rank(0), topo.interface) == (2, 1, "lo")
+    monkeypatch.delenv("OPBENCH_DIST_MASTER")
+    with pytest.raises(pytest.fail.Exception, match="needs OPBENCH_DIST_MASTER"):
+        bench.topology(1, ENGINES["ddp"])

@@ -35,9 +35,10 @@ def curves(runs: list[Run]) -> list[Curve]:
             e = b.extra
             if "workers" not in e or "global_batch" not in e or not b.median > 0:
                 continue
-            batch = e["global_batch"] if e.get("scaling") == "strong" else e["global_batch"] // e["workers"]
+            world = int(e.get("world_size") or e["workers"])  # every worker on every node
+            batch = e["global_batch"] if e.get("scaling") == "strong" else e["global_batch"] // world
             key = (e.get("model", b.group), f"{e.get('device', '')}-{e.get('scaling', '')}-b{batch}", b.column)
-            seen[key][int(e["workers"])].append((e["global_batch"] / b.median, e.get("communication_share")))
+            seen[key][world].append((e["global_batch"] / b.median, e.get("communication_share")))
     out = []
     for (model, where, column), by_w in sorted(seen.items()):
         curve = Curve(model, where, column)

@@ -12,7 +12,7 @@ import pytest
 
 from opbench.suites import target
 from opbench.suites.distributed import equivalence
-from opbench.suites.distributed.engines import ENGINES, LOOPBACK, Topology, free_port
+from opbench.suites.distributed.engines import ENGINES, LOOPBACK, Topology, free_port, interface_for, nodes_from_env
 from opbench.suites.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
 from opbench.suites.measure import identity, loaded, recording, timing_of
 from opbench.workloads.models import catalogue
@@ -24,16 +24,28 @@ COMM_PAIRS = 3  # steps with and without communication, alternated
 _ONE_WORKER: dict[tuple, float] = {}  # samples/s of this session's 1-worker cases, for the efficiency
 
 
-def topology(workers: int) -> Topology:
+def topology(workers: int, engine=None) -> Topology:
     """This node's share of the group: one node on the loopback interface and a free port, unless
-    OPBENCH_DIST_NODES (with OPBENCH_DIST_NODE_RANK and OPBENCH_DIST_MASTER=host:port) asks for several."""
-    nodes = int(os.environ.get("OPBENCH_DIST_NODES", "1"))
+    OPBENCH_DIST_NODES (with OPBENCH_DIST_NODE_RANK and OPBENCH_DIST_MASTER=host:port) asks for
+    several. Across nodes the interface that reaches the master is named for Gloo and ps-lite
+    (unless GLOO_SOCKET_IFNAME / DMLC_INTERFACE say otherwise), and TensorFlow's engine, which
+    addresses every worker, needs OPBENCH_DIST_HOSTS: without it every worker was put at the
+    master's address and failed 40 s later with a bare 'Graph execution error'."""
+    nodes = nodes_from_env()
     if nodes == 1:
         return Topology(workers, master_port=free_port(),
                         hosts=tuple(f"{LOOPBACK}:{free_port()}" for _ in range(workers)))
+    missing = [v for v in ("OPBENCH_DIST_NODE_RANK", "OPBENCH_DIST_MASTER") if not os.environ.get(v)]
+    if missing:
+        pytest.fail(f"OPBENCH_DIST_NODES={nodes} needs {' and '.join(missing)} too", pytrace=False)
     host, _, port = os.environ["OPBENCH_DIST_MASTER"].rpartition(":")
     hosts = tuple(h for h in os.environ.get("OPBENCH_DIST_HOSTS", "").split(",") if h)
-    return Topology(workers, nodes, int(os.environ["OPBENCH_DIST_NODE_RANK"]), host, int(port), hosts)
+    if engine is not None and engine.name == "mwms" and len(hosts) != nodes * workers:
+        pytest.fail(f"tensorflow mwms across {nodes} nodes needs OPBENCH_DIST_HOSTS: every worker's host:port in rank "
+                    f"order, {nodes * workers} of them (got {len(hosts)})", pytrace=False)
+    chosen = os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("DMLC_INTERFACE")
+    return Topology(workers, nodes, int(os.environ["OPBENCH_DIST_NODE_RANK"]), host, int(port), hosts,
+                    None if chosen else interface_for(host))
 
 
 def _scaling_key(case) -> tuple:
@@ -49,11 +61,13 @@ def _seconds(fn) -> float:
 def measure_distributed(benchmark, bound) -> None:
     case, settings = bound.case, bound.state.settings
     engine = ENGINES[case.engine]
-    topo = topology(case.workers)
-    if engine.in_process and topo.nodes > 1:
-        pytest.skip(f"{engine.name} drives its replicas from one process: it runs on one node")
+    topo = topology(case.workers, engine)
+    # the setup imports the framework and meets the other workers: the user's --dist-timeout when
+    # given, else at least SETUP_TIMEOUT_S
+    asked = "dist_timeout" in dict(settings.asked)
+    setup_s = settings.dist_timeout if asked else max(SETUP_TIMEOUT_S, settings.dist_timeout)
     with WorkerGroup(engine, topo, case.rule, settings.dist_timeout) as group:
-        setup = group.ask("setup", timeout_s=max(SETUP_TIMEOUT_S, settings.dist_timeout), engine=engine.worker,
+        setup = group.ask("setup", timeout_s=setup_s, engine=engine.worker,
                           model=case.name, rule=case.rule, device=case.device, dtype=case.dtype,
                           global_batch=case.global_batch, data_dir=settings.data_dir, threads=1,
                           replicas=case.workers, engine_name=case.engine,
@@ -64,8 +78,9 @@ def measure_distributed(benchmark, bound) -> None:
             group.ask("step", n=WARMUP_STEPS)
         overhead = statistics.median(_seconds(lambda: group.ask("ping")) for _ in range(PINGS))
         extra = {**identity(case, bound.backend, threads=1, max_abs_err=err), "engine": case.engine,
-                 "rule": case.rule, "workers": case.workers, "scaling": case.scaling,
-                 "global_batch": case.global_batch, "worker_batch": case.global_batch // case.workers,
+                 "rule": case.rule, "workers": case.workers, "nodes": topo.nodes, "world_size": topo.world,
+                 "node_rank": topo.node_rank, "scaling": case.scaling,
+                 "global_batch": case.global_batch, "worker_batch": case.global_batch // topo.world,
                  "warmup_steps": WARMUP_STEPS, "engine_config": setup[0]["config"],
                  "coordinator_overhead_s": overhead}
         with recording(benchmark, case, extra):

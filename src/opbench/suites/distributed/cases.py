@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from opbench import frameworks
 from opbench.harness.config import Settings
-from opbench.suites.distributed.engines import ENGINES
+from opbench.suites.distributed.engines import ENGINES, nodes_from_env
 from opbench.workloads.models import catalogue
 
 MODELS = ("mlp", "lenet", "vgg10", "lstm")
@@ -26,14 +26,24 @@ class DistCase:
     name: str  # the model
     batch: int  # the model's batch: the global batch (strong scaling) or each worker's (weak)
     scaling: str
+    nodes: int = 1  # the nodes the group spans; `workers` is per node
     kind = "dist"
     is_model = True  # a model's training step, saved under "model" like the single-process one
     family = "distributed"
     direction = "training"
 
     @property
+    def world(self) -> int:
+        return self.workers * self.nodes
+
+    @property
     def global_batch(self) -> int:
-        return self.batch if self.scaling == "strong" else self.batch * self.workers
+        return self.batch if self.scaling == "strong" else self.batch * self.world
+
+    @property
+    def width(self) -> str:
+        """'w2' on one node, 'n2xw2' (nodes x workers per node) on several."""
+        return f"w{self.workers}" if self.nodes == 1 else f"n{self.nodes}xw{self.workers}"
 
     @property
     def mode(self) -> str:
@@ -41,13 +51,13 @@ class DistCase:
 
     @property
     def id(self) -> str:
-        return (f"{self.framework}-{self.device}-{self.engine}-{self.rule}-w{self.workers}-{self.dtype}-"
+        return (f"{self.framework}-{self.device}-{self.engine}-{self.rule}-{self.width}-{self.dtype}-"
                 f"{self.name}-b{self.global_batch}-{self.scaling}")
 
     @property
     def label(self) -> str:
-        """The problem as text, as Case.label: scaling, batch and workers."""
-        return f"{self.scaling}-b{self.batch}-w{self.workers}"
+        """The problem as text, as Case.label: scaling, batch and workers (and nodes)."""
+        return f"{self.scaling}-b{self.batch}-{self.width}"
 
     @property
     def group(self) -> str:
@@ -62,7 +72,7 @@ class DistCase:
 
 def dist_cases(settings: Settings) -> list[DistCase]:
     """Every distributed case the settings select (float32 only: the equivalence gate's tolerance)."""
-    cases = []
+    cases, nodes = [], nodes_from_env()
     for engine in ENGINES.values():
         if engine.framework not in settings.frameworks or engine.framework not in frameworks.taking_part("models"):
             continue
@@ -72,8 +82,10 @@ def dist_cases(settings: Settings) -> list[DistCase]:
                     batch = catalogue.get(name).batch[settings.profile]
                     for scaling in SCALINGS:
                         for w in settings.workers:
-                            if batch % w and scaling == "strong":
+                            if batch % (w * nodes) and scaling == "strong":
                                 continue  # a global batch is split evenly or not at all
+                            if engine.in_process and nodes > 1:
+                                continue  # one process drives every replica: one node only
                             cases.append(DistCase(engine.framework, device, engine.name, rule, w, "float32", name,
-                                                  batch, scaling))
+                                                  batch, scaling, nodes))
     return cases

@@ -23,6 +23,40 @@ def free_port(host: str = LOOPBACK) -> int:
         return s.getsockname()[1]
 
 
+def nodes_from_env(environ=None) -> int:
+    """OPBENCH_DIST_NODES: the nodes a data-parallel group spans (1 when unset)."""
+    import os
+
+    from opbench.harness.config import parse_count
+
+    text = (os.environ if environ is None else environ).get("OPBENCH_DIST_NODES", "1")
+    return parse_count(text, "OPBENCH_DIST_NODES", at_least=1)  # a ConfigError names the variable
+
+
+def interface_for(addr: str) -> str | None:
+    """The name of this machine's network interface that routes to `addr` (None if none can be
+    found). Gloo and ps-lite otherwise pick the interface of the host name, which often resolves to
+    the loopback address: gloo then advertised 127.0.0.1 to the other node."""
+    import fcntl
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((addr, 9))  # no packet is sent: the kernel only chooses the route
+            local = probe.getsockname()[0]
+        for _, name in socket.if_nameindex():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                try:
+                    packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+                except OSError:
+                    continue  # no IPv4 address on it
+            if socket.inet_ntoa(packed[20:24]) == local:
+                return name
+    except OSError:
+        pass
+    return None
+
+
 @dataclass(frozen=True)
 class Topology:
     """Where a worker group runs: this node's workers, the nodes in all, this node's rank, and the
@@ -35,6 +69,7 @@ class Topology:
     master_addr: str = LOOPBACK
     master_port: int = 0
     hosts: tuple[str, ...] = ()  # every worker's host:port, where an engine addresses each (TF_CONFIG)
+    interface: str | None = None  # across nodes, the interface that reaches the master (Gloo, ps-lite)
 
     @property
     def world(self) -> int:
@@ -59,9 +94,10 @@ class Engine:
         if self.in_process:
             return {"OPBENCH_DIST_REPLICAS": str(topo.workers)}
         if self.name == "ddp":  # what torch.distributed.run sets for each worker (env:// rendezvous)
-            return {"MASTER_ADDR": topo.master_addr, "MASTER_PORT": str(topo.master_port),
-                    "RANK": str(topo.rank(local)), "WORLD_SIZE": str(topo.world), "LOCAL_RANK": str(local),
-                    "LOCAL_WORLD_SIZE": str(topo.workers), "GROUP_RANK": str(topo.node_rank)}
+            env = {"MASTER_ADDR": topo.master_addr, "MASTER_PORT": str(topo.master_port),
+                   "RANK": str(topo.rank(local)), "WORLD_SIZE": str(topo.world), "LOCAL_RANK": str(local),
+                   "LOCAL_WORLD_SIZE": str(topo.workers), "GROUP_RANK": str(topo.node_rank)}
+            return {**env, "GLOO_SOCKET_IFNAME": topo.interface} if topo.interface else env
         if self.name == "kvstore":
             return {**_dmlc(topo), "DMLC_ROLE": "worker"}  # the scheduler numbers the workers
         if self.name == "mwms":
@@ -82,8 +118,9 @@ class Engine:
 def _dmlc(topo: Topology) -> dict[str, str]:
     """ps-lite's variables; on one node DMLC_LOCAL makes it talk over Unix sockets (nothing listens
     on TCP), across nodes every process binds a TCP port on its interface (DMLC_INTERFACE)."""
-    return {"DMLC_PS_ROOT_URI": topo.master_addr, "DMLC_PS_ROOT_PORT": str(topo.master_port),
-            "DMLC_NUM_WORKER": str(topo.world), "DMLC_NUM_SERVER": "1", "DMLC_LOCAL": str(int(topo.nodes == 1))}
+    env = {"DMLC_PS_ROOT_URI": topo.master_addr, "DMLC_PS_ROOT_PORT": str(topo.master_port),
+           "DMLC_NUM_WORKER": str(topo.world), "DMLC_NUM_SERVER": "1", "DMLC_LOCAL": str(int(topo.nodes == 1))}
+    return {**env, "DMLC_INTERFACE": topo.interface} if topo.interface else env
 
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
