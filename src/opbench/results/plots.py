@@ -26,6 +26,7 @@ from opbench.results.tables import natural
 
 DPI = 110  # with the figure sizes below: 880 x 550 pixels and more, readable on a laptop screen
 FIGSIZE = (8, 5)
+MAX_WIDTH_IN = 14  # 1540 pixels: a laptop screen's width, however many bars (7 models x 9 modes gave 2425)
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9, "xtick.labelsize": 9,
                      "ytick.labelsize": 9})
 
@@ -115,7 +116,8 @@ def _grouped_bars(folder: Path, name: str, title: str, categories: dict[str, dic
     bar per column."""
     categories = {k: categories[k] for k in sorted(categories, key=natural)}
     columns = sorted({c for cells in categories.values() for c in cells})
-    fig, ax = plt.subplots(figsize=(max(FIGSIZE[0], 0.35 * len(categories) * len(columns)), FIGSIZE[1]))
+    width_in = min(MAX_WIDTH_IN, max(FIGSIZE[0], 0.35 * len(categories) * len(columns)))
+    fig, ax = plt.subplots(figsize=(width_in, FIGSIZE[1]))
     width = 0.8 / len(columns)
     for i, col in enumerate(columns):
         ax.bar(np.arange(len(categories)) + i * width, [cells.get(col, np.nan) * 1e3 for cells in categories.values()],
