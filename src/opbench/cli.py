@@ -306,11 +306,15 @@ def parser() -> argparse.ArgumentParser:
 PYTEST_AFTER_DASHES = ("upgrade-check", "ab")
 
 
+def _command(argv: list[str]) -> str | None:
+    """The subcommand: the first argument that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def _split_compare(argv: list[str]) -> list[str]:
     """`compare A B -- C D` -> `compare A B --candidate C D` (argparse cannot take two lists). Only
     for the compare command: elsewhere '--' starts pytest's arguments, which may say 'compare'."""
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command == "compare" and "--" in argv:
+    if _command(argv) == "compare" and "--" in argv:
         i = argv.index("--")
         return [*argv[:i], "--candidate", *argv[i + 1 :]]
     return argv
@@ -318,7 +322,7 @@ def _split_compare(argv: list[str]) -> list[str]:
 
 def _missing_dashes(argv: list[str]) -> str | None:
     """The hint for pytest options given without the '--' that must come before them."""
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = _command(argv)
     if command in PYTEST_AFTER_DASHES and "--" not in argv:
         return (f"pytest's arguments go after '--': opbench {command} [options] -- benchmarks/ops -m 'gemm and "
                 "forward'")

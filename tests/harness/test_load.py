@@ -14,6 +14,7 @@ import pytest
 from opbench.core import schema
 from opbench.harness import load
 from opbench.harness.load import Load, MachineLoad, family_cpu_seconds
+from opbench.harness.observed_threads import LOAD_MARGIN
 from opbench.results.store import Run, bench_of
 from opbench.results.summary import busy_lines
 
@@ -45,7 +46,7 @@ def test_load_from_the_kernels_accounts(tmp_path, monkeypatch):
     assert got.cpus == len(CPUS) and got.team == 2 and got.run_queue == 4
     assert got.others == pytest.approx(per_cpu * len(CPUS) / HZ - 0.1, abs=0.02)
     assert got.steal == pytest.approx(0.2 / len(CPUS), abs=0.02)
-    assert got.busy is (got.others > max(0, len(CPUS) - 2) + load.LOAD_MARGIN)
+    assert got.busy is (got.others > max(0, len(CPUS) - 2) + LOAD_MARGIN)
     assert got.as_dict()["busy"] is got.busy and "steal" in got.describe()
 
 

@@ -14,7 +14,8 @@ the accounts are read once before them and once after.
   the mean of the two readings.
 
 A result is **busy** when other work took more than the CPUs its team leaves free, by more than
-LOAD_MARGIN of one CPU: the rule the thread observer uses for a crowded observation.
+a quarter of a CPU (observed_threads.LOAD_MARGIN): the thread observer's rule for a crowded
+observation, observed_threads.crowded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opbench.core.schema import load_line
-from opbench.harness.observed_threads import LOAD_MARGIN, STAT, machine_ticks
+from opbench.harness.observed_threads import STAT, cpu_ticks, crowded, machine_ticks, stat_fields
 
 PROC = Path("/proc")
 
@@ -41,11 +42,6 @@ def procs_running(stat: Path = STAT) -> int:
     return -1
 
 
-def _stat_fields(text: str) -> list[str]:
-    """The fields of a /proc/<pid>/stat line after the command name (which may hold spaces)."""
-    return text[text.rindex(")") + 2 :].split()
-
-
 def family_cpu_seconds(proc: Path = PROC, pid: int | None = None) -> float:
     """CPU seconds of this process, its live descendants (utime + stime from their stat files)
     and the children it has reaped (os.times)."""
@@ -54,9 +50,9 @@ def family_cpu_seconds(proc: Path = PROC, pid: int | None = None) -> float:
     ticks: dict[int, int] = {}
     for entry in proc.glob("[0-9]*/stat"):
         try:
-            fields = _stat_fields(entry.read_text(encoding="ascii", errors="replace"))
+            fields = stat_fields(entry.read_text(encoding="ascii", errors="replace"))
             child = int(entry.parent.name)
-            parents[child], ticks[child] = int(fields[1]), int(fields[11]) + int(fields[12])
+            parents[child], ticks[child] = int(fields[1]), cpu_ticks(fields)
         except (OSError, ValueError, IndexError):
             continue  # a process that ended while the folder was read
     family, frontier = set(), [pid]
@@ -88,7 +84,7 @@ class Load:
 
     @property
     def busy(self) -> bool:
-        return self.cpus > 0 and self.others > self.free + LOAD_MARGIN
+        return crowded(self.others, self.cpus, self.team)
 
     def as_dict(self) -> dict:
         return {"other_cpus": round(self.others, 3), "steal": round(self.steal, 4),

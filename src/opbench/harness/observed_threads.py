@@ -41,8 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BUSY_SHARE", "LOAD_MARGIN", "MIN_SAMPLES", "MIN_SECONDS", "Observation", "cpu_seconds", "machine_ticks",
-           "observe", "running_threads"]
+__all__ = ["BUSY_SHARE", "LOAD_MARGIN", "MIN_SAMPLES", "MIN_SECONDS", "Observation", "cpu_seconds", "cpu_ticks",
+           "crowded", "machine_ticks", "observe", "running_threads", "stat_fields"]
 
 BUSY_SHARE = 0.4  # a thread with this share of the busiest thread's CPU time is part of the team
 MIN_SECONDS = 0.3  # the shortest window sampled: 30 clock ticks at the usual 100 Hz
@@ -55,6 +55,23 @@ LOAD_MARGIN = 0.25  # other work beyond the spare CPUs, in CPUs, that makes an o
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # of a /proc/stat cpu line: user nice system (idle iowait) irq softirq steal
 STEAL_FIELD = 7
 METHOD = "thread states and CPU time from /proc/self/task/*/stat"
+
+
+def stat_fields(stat: str) -> list[str]:
+    """The fields of a /proc/<pid>[/task/<tid>]/stat line from the state (field 3 of proc(5)) on.
+    The command name (field 2) may hold spaces and parentheses, so they start after its closing one."""
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def cpu_ticks(fields: list[str]) -> int:
+    """utime + stime, in clock ticks, from stat_fields (fields 14 and 15 of proc(5))."""
+    return int(fields[11]) + int(fields[12])
+
+
+def crowded(others: float, cpus: int, team: int) -> bool:
+    """Whether other work (`others` CPUs' worth) took more than the CPUs a team of `team` threads
+    leaves spare of `cpus`, and LOAD_MARGIN of one more; never when the CPUs are not known (0)."""
+    return cpus > 0 and others > max(0, cpus - team) + LOAD_MARGIN
 
 
 def _state(stat: str) -> str:
@@ -95,10 +112,8 @@ class _Sampler(threading.Thread):
 
 
 def _ticks(stat: str) -> int:
-    """utime + stime of one /proc/<pid>/task/<tid>/stat line, in clock ticks. The command name
-    (field 2) may hold spaces and parentheses, so fields are counted after its closing one."""
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted from state (3)
+    """utime + stime of one /proc/<pid>/task/<tid>/stat line, in clock ticks."""
+    return cpu_ticks(stat_fields(stat))
 
 
 def cpu_seconds(tasks: Path = TASKS) -> dict[int, float]:
@@ -153,7 +168,7 @@ class Observation:
     def crowded(self, team: int) -> bool:
         """Whether other work took more than the CPUs a team of `team` threads leaves spare (and
         LOAD_MARGIN of one more): then a starved worker or a busy helper can pass for the other."""
-        return self.cpus > 0 and self.others > max(0, self.cpus - team) + LOAD_MARGIN
+        return crowded(self.others, self.cpus, team)
 
     @property
     def sampled(self) -> bool:

@@ -263,12 +263,15 @@ class PairedGate:
         screen pairs for undecided benchmarks would add to it (within the budget)."""
         stage, number, planned = self.stage
         rest = sum(_warm(self.turn_s[i]) for i in ids_left_in_pair if self.turn_s.get(i))
-        active = [i for i, r in self.records.items() if not r.kind]
         flagged = self._flagged()
-        confirm = self.least_confirm_pairs(len(flagged)) * self.pair_s(flagged) if flagged else 0.0
         if stage == "screen":
-            return rest + max(0, planned - number) * self.pair_s(active) + confirm
+            active = [i for i, r in self.records.items() if not r.kind]
+            return rest + max(0, planned - number) * self.pair_s(active) + self.confirm_minimum_s(flagged)
         return rest + max(0, planned - number) * self.pair_s(flagged)
+
+    def confirm_minimum_s(self, flagged: list[str]) -> float:
+        """The seconds the confirmation's minimum of pairs over `flagged` takes at the pace seen."""
+        return self.least_confirm_pairs(len(flagged)) * self.pair_s(flagged) if flagged else 0.0
 
     def _flagged(self) -> list[str]:
         return [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
@@ -308,9 +311,7 @@ class PairedGate:
         with the confirmation's minimum over the benchmarks flagged so far after it."""
         if number < self.plan.min_pairs:
             return True
-        flagged = self._flagged()
-        confirm = self.least_confirm_pairs(len(flagged)) * self.pair_s(flagged) if flagged else 0.0
-        return self.elapsed() + self.pair_s(active) + confirm <= self.budget_s
+        return self.elapsed() + self.pair_s(active) + self.confirm_minimum_s(self._flagged()) <= self.budget_s
 
     def _confirm(self, flagged: list[str]) -> None:
         recs = [self.records[i] for i in flagged if not self.records[i].kind]

@@ -52,7 +52,7 @@ def _figure(path: Path) -> str:
 
 
 def _environment(runs: list[Run]) -> str:
-    lines = report.format_text(runs).split("\n\n", 1)[0]  # the runs and their environments
+    lines = "\n".join(report.runs_lines(runs))
     return f"<h2>runs and environment</h2><pre>{html.escape(lines)}</pre>"
 
 

@@ -239,7 +239,9 @@ def headline(run: Run) -> str:
             + (f" ({failed} failed)" if failed else "") + f", {len(run.benchmarks)} benchmarks, {load}")
 
 
-def format_text(runs: list[Run], markdown: bool = False) -> str:
+def runs_lines(runs: list[Run], markdown: bool = False) -> list[str]:
+    """The report's opening: each run's headline and environment (a later run's differences from
+    the first only), and the rule that combines several."""
     from opbench.results.compare import environment_diff
 
     lines = []
@@ -254,6 +256,11 @@ def format_text(runs: list[Run], markdown: bool = False) -> str:
             lines.append("  WARNING: interrupted: its figures cover only the benchmarks that finished")
     if len(runs) > 1:
         lines.append(f"{len(runs)} runs: {COMBINING}")
+    return lines
+
+
+def format_text(runs: list[Run], markdown: bool = False) -> str:
+    lines = runs_lines(runs, markdown)
     for title, header, rows in tables(grid(runs)):
         lines += ["", f"## {title}" if markdown else f"{title}:"]
         lines += table(header, rows, markdown)

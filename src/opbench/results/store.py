@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,8 +120,6 @@ COMBINING = ("a benchmark in several runs counts with the median of its runs' me
 def combined(runs: list[Run]) -> list[Bench]:
     """Every benchmark of the runs once, combined by the one rule in COMBINING; a benchmark timed on
     a busy machine in any run stays marked busy."""
-    import statistics
-
     seen: dict[str, list[Bench]] = {}
     for run in runs:
         for bench in run.benchmarks.values():
