@@ -17,6 +17,7 @@ from opbench.suites.distributed import equivalence
 from opbench.suites.distributed.cases import DistCase, dist_cases
 from opbench.suites.distributed.engines import ENGINES, Topology, free_port
 from opbench.suites.distributed.group import DistributedError, WorkerGroup
+from opbench.suites.distributed.link import NodeLink
 from opbench.suites.ops.prepare import CorrectnessError
 from tests.helpers import bench, load_or_skip, write
 
@@ -70,7 +71,7 @@ def test_kvstore_catches_each_workers_mean_summed_on_the_server():
         setup = _setup(group, "tests.dist_fakes:PerWorkerMean", case)
         assert len(group.helpers) == 2 and setup[0]["config"]["kvstore"] == "dist_sync"
         with pytest.raises(CorrectnessError, match="update of parameter"):
-            equivalence.equivalence(case, group, "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"])
     _assert_gone(group)
 
 
@@ -89,7 +90,7 @@ def test_single_process_engines_catch_wrong_aggregation(engine, fake, error):
         setup = _setup(group, f"tests.dist_fakes:{fake}", case)
         assert setup[0]["world"] == 1
         with pytest.raises(CorrectnessError, match=error):
-            equivalence.equivalence(case, group, "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"])
     _assert_gone(group)
     _assert_gone(group)
 
@@ -100,7 +101,7 @@ def test_wrong_gradient_averaging_fails_the_gate(fake):
     with _group() as group:
         setup = _setup(group, f"tests.dist_fakes:{fake}", case)
         with pytest.raises(CorrectnessError, match=r"worker \d: .*update of parameter"):
-            equivalence.equivalence(case, group, "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"])
     _assert_gone(group)
 
 
@@ -174,11 +175,12 @@ def test_each_engine_gets_its_launchers_variables():
         assert not ENGINES[name].helper_envs(topo)
 
 
-def _dist_bench(framework: str, mode: str, workers: int, median: float) -> dict:
-    case = DistCase(framework, "cpu", *mode.split("-"), workers, "float32", "mlp", 128, "strong")
+def _dist_bench(framework: str, mode: str, workers: int, median: float, nodes: int = 1, node_rank: int = 0) -> dict:
+    case = DistCase(framework, "cpu", *mode.split("-"), workers, "float32", "mlp", 128, "strong", nodes)
     return bench(f"test_data_parallel[{case.id}]", median, group=case.group, framework=framework, mode=mode,
                  flops=None, model="mlp", direction="training", shape=case.label, workers=workers,
-                 scaling="strong", global_batch=128, communication_share=0.25 if workers > 1 else 0.0)
+                 nodes=nodes, world_size=case.world, node_rank=node_rank, scaling="strong", global_batch=128,
+                 communication_share=0.25 if case.world > 1 else 0.0)
 
 
 def test_report_shows_the_scaling_table_and_plots_samples_against_workers(tmp_path, capsys):
@@ -243,3 +245,21 @@ def test_tensorflow_across_nodes_without_every_workers_address_fails_at_once(mon
     monkeypatch.delenv("OPBENCH_DIST_MASTER")
     with pytest.raises(pytest.fail.Exception, match="needs OPBENCH_DIST_MASTER"):
         bench.topology(1, ENGINES["ddp"])
+
+
+def test_report_reads_a_multi_node_run_beside_a_single_node_one_as_one_scaling_row(tmp_path, capsys):
+    """Columns by nodes x workers per node; the 2-node run (saved by both nodes: their median
+    counts) is held against the single-node run's one worker."""
+    from opbench.cli import main
+
+    one = write(tmp_path / "one.json", [_dist_bench("torch", "ddp-sync", 1, 0.004),
+                                        _dist_bench("torch", "ddp-sync", 2, 0.0025)])
+    two = write(tmp_path / "two.json", [_dist_bench("torch", "ddp-sync", 1, 0.0032, nodes=2)])
+    two_again = write(tmp_path / "two-node1.json", [_dist_bench("torch", "ddp-sync", 1, 0.0048, nodes=2, node_rank=1)])
+    assert main(["report", str(one), str(two), str(two_again), "--plots", str(tmp_path / "plots")]) == 0
+    table = capsys.readouterr().out.split("data-parallel scaling")[1].splitlines()
+    header = next(line for line in table if line.startswith("model")).split()
+    assert header[3:6] == ["samples/s", "w1", "samples/s"] and "n2xw1" in header
+    row = next(line for line in table if "torch/ddp-sync" in line).split()
+    # w1 32,000, w2 51,200 (80%); n2xw1: the median of 40,000 (3.2 ms) and 26,667 (4.8 ms), 52%
+    assert row[3:8] == ["32,000", "51,200", "33,333", "80%", "52%"]

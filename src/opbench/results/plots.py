@@ -197,11 +197,14 @@ def data_parallel(runs: list[Run], folder: Path) -> list[Path]:
     for (model, where), found in sorted(by_plot.items()):
         _, ax = plt.subplots(figsize=FIGSIZE)
         for curve in found:
-            workers = sorted(curve.samples)
-            line = ax.plot(workers, [curve.samples[w] for w in workers], marker="o", label=curve.column)[0]
-            if 1 in curve.samples:
-                ax.plot(workers, [w * curve.samples[1] for w in workers], ":", color=line.get_color())
-        paths.append(_line_plot(ax, folder, f"data-parallel-{_slug(model + '-' + where)}.png", "workers",
+            for nodes in sorted({n for n, _ in curve.samples}):
+                points = curve.by_world(nodes)
+                label = curve.column if nodes == 1 else f"{curve.column}, {nodes} nodes"
+                line = ax.plot(list(points), list(points.values()), marker="o" if nodes == 1 else "s", label=label)[0]
+                if (1, 1) in curve.samples:
+                    ax.plot(list(points), [w * curve.samples[1, 1] for w in points], ":", color=line.get_color())
+        paths.append(_line_plot(ax, folder, f"data-parallel-{_slug(model + '-' + where)}.png",
+                                "workers (every node's)",
                                 "samples/s (global)", f"{model} data-parallel training, {where}",
                                 f"Higher is better; dotted: linear scaling from one worker. From {_source(runs)}."))
     return paths

@@ -1,6 +1,8 @@
-"""Data-parallel scaling from saved runs: samples per second against workers, per model, scaling
-rule and engine, and the scaling efficiency (samples/s at W workers over W x the samples/s at
-one). Reads stored JSON only; a benchmark in several runs counts with the median of its medians."""
+"""Data-parallel scaling from saved runs: samples per second by nodes x workers per node, per
+model, scaling rule and engine, and the scaling efficiency (samples/s on N nodes of W workers
+over N x W x the samples/s of one worker on one node, the same engine's). A multi-node run and a
+single-node run of the same engine, read together, fill one row. Reads stored JSON only; a
+benchmark in several runs (or saved by several nodes) counts with the median of its medians."""
 
 from __future__ import annotations
 
@@ -12,33 +14,46 @@ import numpy as np
 from opbench.results.store import Run
 from opbench.results.tables import table
 
+Width = tuple[int, int]  # (nodes, workers per node)
+
+
+def width_label(width: Width) -> str:
+    """'w2' on one node, 'n2xw1' on several, as the benchmark ids say."""
+    nodes, workers = width
+    return f"w{workers}" if nodes == 1 else f"n{nodes}xw{workers}"
+
 
 @dataclass
 class Curve:
-    """One engine's samples/s by worker count, for one model, device, scaling rule and batch."""
+    """One engine's samples/s by (nodes, workers per node), for one model, device, scaling rule
+    and batch."""
 
     model: str
     where: str  # "cpu-strong-b128": device, scaling and the batch that stays
     column: str  # framework/engine-rule
-    samples: dict[int, float] = field(default_factory=dict)
-    communication: dict[int, float] = field(default_factory=dict)
+    samples: dict[Width, float] = field(default_factory=dict)
+    communication: dict[Width, float] = field(default_factory=dict)
 
-    def efficiency(self, workers: int) -> float | None:
-        one = self.samples.get(1)
-        return self.samples[workers] / (workers * one) if one and workers in self.samples else None
+    def efficiency(self, width: Width) -> float | None:
+        one = self.samples.get((1, 1))
+        return self.samples[width] / (width[0] * width[1] * one) if one and width in self.samples else None
+
+    def by_world(self, nodes: int) -> dict[int, float]:
+        """Samples/s by the world size (every worker of every node), on `nodes` nodes."""
+        return {n * w: s for (n, w), s in sorted(self.samples.items()) if n == nodes}
 
 
 def curves(runs: list[Run]) -> list[Curve]:
-    seen: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    seen: dict[tuple, dict[Width, list]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         for b in run.benchmarks.values():
             e = b.extra
             if "workers" not in e or "global_batch" not in e or not b.median > 0:
                 continue
-            world = int(e.get("world_size") or e["workers"])  # every worker on every node
-            batch = e["global_batch"] if e.get("scaling") == "strong" else e["global_batch"] // world
+            width = int(e.get("nodes") or 1), int(e["workers"])
+            batch = e["global_batch"] if e.get("scaling") == "strong" else e["global_batch"] // (width[0] * width[1])
             key = (e.get("model", b.group), f"{e.get('device', '')}-{e.get('scaling', '')}-b{batch}", b.column)
-            seen[key][world].append((e["global_batch"] / b.median, e.get("communication_share")))
+            seen[key][width].append((e["global_batch"] / b.median, e.get("communication_share")))
     out = []
     for (model, where, column), by_w in sorted(seen.items()):
         curve = Curve(model, where, column)
@@ -56,14 +71,16 @@ def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:
     found = curves(runs)
     if not found:
         return []
-    workers = sorted({w for c in found for w in c.samples})
-    header = ("model", "scaling", "engine", *(f"samples/s w{w}" for w in workers),
-              *(f"efficiency w{w}" for w in workers if w > 1), *(f"comm. share w{w}" for w in workers if w > 1))
+    widths = sorted({w for c in found for w in c.samples})
+    many = [w for w in widths if w != (1, 1)]
+    header = ("model", "scaling", "engine", *(f"samples/s {width_label(w)}" for w in widths),
+              *(f"efficiency {width_label(w)}" for w in many), *(f"comm. share {width_label(w)}" for w in many))
     rows = []
     for c in found:
-        eff = [c.efficiency(w) for w in workers if w > 1]
-        rows.append((c.model, c.where, c.column, *(f"{c.samples[w]:,.0f}" if w in c.samples else "-" for w in workers),
+        eff = [c.efficiency(w) for w in many]
+        rows.append((c.model, c.where, c.column, *(f"{c.samples[w]:,.0f}" if w in c.samples else "-" for w in widths),
                      *(f"{e:.0%}" if e is not None else "-" for e in eff),
-                     *(f"{c.communication[w]:.0%}" if w in c.communication else "-" for w in workers if w > 1)))
-    title = "data-parallel scaling: samples/s (global), efficiency = samples/s at W / (W x at 1 worker)"
+                     *(f"{c.communication[w]:.0%}" if w in c.communication else "-" for w in many)))
+    title = ("data-parallel scaling by nodes x workers per node (nNxwW; wW on one node): samples/s (global), "
+             "efficiency = samples/s / (every worker x one worker's on one node)")
     return ["", f"## {title}" if markdown else f"{title}:", *table(header, rows, markdown)]

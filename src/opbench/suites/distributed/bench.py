@@ -1,9 +1,19 @@
-"""Timing one distributed case through pytest-benchmark: start the worker group once, pass the
-equivalence gate, exclude the first WARMUP_STEPS steps, then time one synchronous training step
-of every worker per call; afterwards measure what the coordinator and the communication cost."""
+"""Timing one distributed case through pytest-benchmark: join the other nodes (if any), start
+this node's worker group once, pass the equivalence gate, exclude the first WARMUP_STEPS steps,
+then time one synchronous training step of every worker per call; afterwards measure what the
+coordinator and the communication cost, and the time to target.
+
+Every node runs exactly the same steps: node 0 chooses the number of timed rounds (by
+pytest-benchmark's own rule, from its warm-up steps) and the nodes' link hands it to the others;
+the rounds run in pytest-benchmark's pedantic mode, which runs what it is told and nothing more
+(its automatic mode calibrates and stops by each node's own clock: 233 rounds on one node against
+213 on the other put the collectives out of step). Each node saves its own clock of those same
+collective steps (they end together, within a pipe's latency); the correctness check, the rounds,
+the losses and the time to target are global and the same on every node."""
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -14,6 +24,7 @@ from opbench.suites import target
 from opbench.suites.distributed import equivalence
 from opbench.suites.distributed.engines import ENGINES, LOOPBACK, Topology, free_port, interface_for, nodes_from_env
 from opbench.suites.distributed.group import SETUP_TIMEOUT_S, WorkerGroup
+from opbench.suites.distributed.link import NodeLink
 from opbench.suites.measure import identity, loaded, recording, timing_of
 from opbench.workloads.models import catalogue
 
@@ -66,44 +77,60 @@ def measure_distributed(benchmark, bound) -> None:
     # given, else at least SETUP_TIMEOUT_S
     asked = "dist_timeout" in dict(settings.asked)
     setup_s = settings.dist_timeout if asked else max(SETUP_TIMEOUT_S, settings.dist_timeout)
-    with WorkerGroup(engine, topo, case.rule, settings.dist_timeout) as group:
+    with NodeLink(topo, case.id, setup_s, settings.dist_timeout) as link, \
+            WorkerGroup(engine, topo, case.rule, settings.dist_timeout) as group:
         setup = group.ask("setup", timeout_s=setup_s, engine=engine.worker,
                           model=case.name, rule=case.rule, device=case.device, dtype=case.dtype,
                           global_batch=case.global_batch, data_dir=settings.data_dir, threads=1,
                           replicas=case.workers, engine_name=case.engine,
                           collective_timeout_s=settings.dist_timeout)
-        err = equivalence.equivalence(case, group, settings.data_dir, setup[0]["lstm_biases"])
+        group.numbered([r["rank"] for r in setup])
+        err = equivalence.equivalence(case, group, link, settings.data_dir, setup[0]["lstm_biases"])
         group.ask("optimizer")  # the model's own optimizer, from the shared initial weights
-        if not benchmark.disabled:  # a correctness pass (--benchmark-disable) makes one call only
-            group.ask("step", n=WARMUP_STEPS)
+        rounds = agreed_rounds(benchmark, group, link)
         overhead = statistics.median(_seconds(lambda: group.ask("ping")) for _ in range(PINGS))
         extra = {**identity(case, bound.backend, threads=1, max_abs_err=err), "engine": case.engine,
                  "rule": case.rule, "workers": case.workers, "nodes": topo.nodes, "world_size": topo.world,
-                 "node_rank": topo.node_rank, "scaling": case.scaling,
+                 "node_rank": topo.node_rank, "ranks": group.ranks, "scaling": case.scaling,
                  "global_batch": case.global_batch, "worker_batch": case.global_batch // topo.world,
                  "warmup_steps": WARMUP_STEPS, "engine_config": setup[0]["config"],
                  "coordinator_overhead_s": overhead}
         with recording(benchmark, case, extra):
             with loaded(benchmark, case.workers):  # one thread per worker process
-                benchmark(lambda: group.ask("step"))
+                benchmark.pedantic(lambda: group.ask("step"), rounds=rounds, iterations=1)
             timing = timing_of(benchmark)
             if timing is not None:
-                _after_timing(benchmark, case, group, timing.median_s, overhead, setup[0]["comm_off"])
+                _after_timing(benchmark, case, group, link, timing.median_s, overhead, setup[0]["comm_off"])
 
 
-def _after_timing(benchmark, case, group: WorkerGroup, median_s: float, overhead: float, comm_off: bool) -> None:
+def agreed_rounds(benchmark, group: WorkerGroup, link: NodeLink) -> int:
+    """Run the WARMUP_STEPS warm-up steps, and return the number of timed rounds node 0 chose by
+    pytest-benchmark's rule (ceil(max_time / a step's duration), at least min_rounds): the same
+    on every node. A correctness pass (--benchmark-disable) makes one call only, and no warm-up."""
+    if benchmark.disabled:
+        return 1
+    per_step = _seconds(lambda: group.ask("step", n=WARMUP_STEPS)) / WARMUP_STEPS
+    # pytest-benchmark's own settings (--benchmark-max-time, --benchmark-min-rounds), as its
+    # automatic mode reads them
+    mine = max(int(benchmark._min_rounds), math.ceil(benchmark._max_time / max(per_step, 1e-9)))
+    benchmark.extra_info["rounds_chosen_by"] = "node 0" if link.topo.nodes > 1 else "this node"
+    return int(link.gather("rounds", mine)[0])
+
+
+def _after_timing(benchmark, case, group: WorkerGroup, link: NodeLink, median_s: float, overhead: float,
+                  comm_off: bool) -> None:
     samples = case.global_batch / median_s
     key = _scaling_key(case)
-    if case.workers == 1:
+    if case.world == 1:
         _ONE_WORKER[key] = samples
     one = _ONE_WORKER.get(key)
-    comm = 0.0 if case.workers == 1 else communication_share(group) if comm_off else None
+    comm = 0.0 if case.world == 1 else communication_share(group) if comm_off else None
     benchmark.extra_info.update(
-        samples_per_s=samples, worker_samples_per_s=samples / case.workers,
-        scaling_efficiency=samples / (case.workers * one) if one else None,
+        samples_per_s=samples, worker_samples_per_s=samples / case.world,
+        scaling_efficiency=samples / (case.world * one) if one else None,
         communication_share=comm, coordinator_share=overhead / median_s,
         peak_rss_bytes=[r["peak_rss_bytes"] for r in group.ask("stats")],
-        **convergence(group, case),
+        **convergence(group, link, case),
     )
 
 
@@ -120,11 +147,20 @@ def communication_share(group: WorkerGroup) -> float:
 LOSS_AFTER_STEPS = 20
 
 
-def convergence(group: WorkerGroup, case) -> dict:
-    """Time to target (opbench.suites.target), the loss being the mean over the workers, as the
-    single-process suite measures it; and the loss after LOSS_AFTER_STEPS steps. This is what an
-    asynchronous rule is judged by: its steps are cheaper, but each one is worth less."""
+def convergence(group: WorkerGroup, link: NodeLink, case) -> dict:
+    """Time to target (opbench.suites.target), the loss being the mean over every node's workers,
+    as the single-process suite measures it; and the loss after LOSS_AFTER_STEPS steps. This is
+    what an asynchronous rule is judged by: its steps are cheaper, but each one is worth less.
+    Across nodes each step's loss is gathered over the nodes' link (its round trip counts, as a
+    real job's global loss would) and every node reads node 0's clock, so all stop at one step."""
     group.ask("batch", clusters=True)
     group.ask("optimizer")
-    return target.time_to_target(lambda: statistics.mean(r["loss"] for r in group.ask("step")),
-                                 catalogue.get(case.name).classes, loss_after=LOSS_AFTER_STEPS)
+    now = [0.0]
+    steps = iter(range(target.MAX_STEPS + 1))
+
+    def step() -> float:
+        loss, now[0] = link.mean(f"target step {next(steps)}", [r["loss"] for r in group.ask("step")])
+        return loss
+
+    return target.time_to_target(step, catalogue.get(case.name).classes, loss_after=LOSS_AFTER_STEPS,
+                                 clock=lambda: now[0])

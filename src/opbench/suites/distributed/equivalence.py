@@ -8,7 +8,12 @@ missing or a stale all-reduce, one worker's gradient only) changes the update an
 Asynchronous updates are not equivalent step by step, except the first: every worker computes
 its gradient at the shared initial weights, and plain SGD adds the updates, so once every
 worker's update has reached the server (the "refresh" request) the weights must be NumPy's after
-one whole-batch step. The gate checks that one step for asynchronous rules."""
+one whole-batch step. The gate checks that one step for asynchronous rules.
+
+Across nodes the check is global: each step's loss is the mean over every node's workers
+(gathered over the nodes' link), every node checks its own workers' updates, and the verdicts
+are gathered, so every node passes or fails together, with the same message.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from opbench.suites.distributed.group import WorkerGroup
+from opbench.suites.distributed.link import NodeLink
 from opbench.suites.models.equivalence import SGD_STEPS, check_loss, check_update, gate_lr, reference_sgd
 from opbench.suites.ops.prepare import CorrectnessError
 
@@ -24,7 +30,7 @@ from opbench.suites.ops.prepare import CorrectnessError
 def _params(group: WorkerGroup, tag: str) -> list[dict[str, np.ndarray]]:
     """Every worker's parameters now (canonical layout), through files in the group's folder."""
     paths = [Path(group.folder) / f"{tag}-{r}.npz" for r in range(len(group.workers))]
-    for rank, reply in enumerate(group.ask("save", paths=[str(p) for p in paths])):
+    for rank, reply in zip(group.ranks, group.ask("save", paths=[str(p) for p in paths]), strict=True):
         if reply.get("mismatch"):
             raise CorrectnessError(f"worker {rank}: {reply['mismatch']}")
     out = []
@@ -35,8 +41,9 @@ def _params(group: WorkerGroup, tag: str) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def equivalence(case, group: WorkerGroup, data_dir: str, lstm_biases: int) -> float:
-    """Run the gate; returns the worst relative update error; raises CorrectnessError."""
+def equivalence(case, group: WorkerGroup, link: NodeLink, data_dir: str, lstm_biases: int) -> float:
+    """Run the gate; returns the worst relative update error over every node; raises
+    CorrectnessError on every node when any node's check fails."""
     steps = SGD_STEPS if case.rule == "sync" else 1
     want_losses, trajectory = reference_sgd(case.name, case.global_batch, data_dir, steps, lstm_biases)
     group.ask("optimizer", name="sgd", lr=gate_lr(case.name, case.global_batch, data_dir))
@@ -46,13 +53,21 @@ def equivalence(case, group: WorkerGroup, data_dir: str, lstm_biases: int) -> fl
         losses = [r["loss"] for r in group.ask("step")]
         if case.rule != "sync":
             group.ask("refresh")
-        check_loss(f"{case.id}: SGD step {i} loss (mean over the workers)", float(np.mean(losses)), want)
-        after = _params(group, f"step{i}")
-        for rank, (b, a) in enumerate(zip(before, after, strict=True)):
-            try:
-                worst = max(worst, check_update(case, f"SGD step {i}", b, a, trajectory[i], trajectory[i + 1]))
-            except CorrectnessError as exc:
-                raise CorrectnessError(f"worker {rank}: {exc}") from None
+        problem = None
+        try:
+            check_loss(f"{case.id}: SGD step {i} loss (mean over the workers)", link.mean(f"loss {i}", losses)[0], want)
+            after = _params(group, f"step{i}")
+            for rank, b, a in zip(group.ranks, before, after, strict=True):
+                try:
+                    worst = max(worst, check_update(case, f"SGD step {i}", b, a, trajectory[i], trajectory[i + 1]))
+                except CorrectnessError as exc:
+                    raise CorrectnessError(f"worker {rank}: {exc}") from None
+        except CorrectnessError as exc:
+            problem = str(exc)
+        problem = link.verdict(f"verdict {i}", problem)
+        if problem:
+            raise CorrectnessError(problem)
         before = after
     group.ask("batch", index=0)
-    return worst
+    return max(link.gather("worst update error", worst))
+

@@ -38,6 +38,7 @@ class WorkerGroup:
         self.helpers: list[WorkerProcess] = []
         self.failed = False
         self.workers: list[WorkerProcess] = []
+        self.ranks: list[int] = []  # each worker's rank in the whole group, as the engine numbered it
         command = command or [sys.executable, "-m", "opbench.suites.distributed.worker"]
         base = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         try:
@@ -46,6 +47,7 @@ class WorkerGroup:
             for local in range(1 if engine.in_process else topo.workers):
                 env = {**base, **engine.worker_env(topo, local, rule), "OPBENCH_DIST_LOCAL": str(local)}
                 self.workers.append(self._start(f"rank {topo.rank(local)}", command, env))
+                self.ranks.append(topo.rank(local))
         except BaseException:
             self.close()
             raise
@@ -53,6 +55,13 @@ class WorkerGroup:
     @property
     def label(self) -> str:
         return f"{self.engine.framework} {self.engine.name}"
+
+    def numbered(self, ranks: list[int]) -> None:
+        """Name the workers by the ranks their engine gave them (MXNet's scheduler numbers the
+        workers in the order they register: node 0's worker was rank 1 across two nodes)."""
+        self.ranks = list(ranks)
+        for worker, rank in zip(self.workers, ranks, strict=True):
+            worker.side = f"rank {rank}"
 
     def _start(self, name: str, command: list[str], env: dict[str, str]) -> WorkerProcess:
         return WorkerProcess(name, command, env, self.folder / f"{name.replace(' ', '')}.log")

@@ -1,0 +1,126 @@
+"""Two real nodes: two Linux network namespaces joined by a veth pair, each running the documented
+pytest command for the distributed benchmarks (OPBENCH_DIST_NODES=2, its NODE_RANK, the MASTER
+and every worker's HOSTS), one worker per node, the MLP at strong scaling, on every engine that
+spans nodes: torch DDP, MXNet KVStore (sync and async) and TensorFlow MultiWorkerMirroredStrategy.
+Both nodes must pass the global correctness check, run the same number of timed steps, and save
+results that name their topology and agree on every global figure.
+
+Namespaces need root (CAP_NET_ADMIN) and iproute2; elsewhere the test is skipped with the reason,
+and OPBENCH_REQUIRE_NETNS=1 (set by CI) makes that a failure instead."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import load_or_skip
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_HANG_S = 1500  # bounds a hang: alone, both nodes finish in about two minutes on 2 cores
+ENGINES = ("ddp-sync", "kvstore-sync", "kvstore-async", "mwms-sync")
+MASTER_PORT = 29500  # each namespace has its own ports: fixed ones cannot collide with the host's
+TF_PORT = 29610
+
+
+def _ip(*args: str, check: bool = True) -> str:
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True, timeout=30).stdout
+
+
+def _remove(namespace: str) -> None:
+    """Kill whatever still runs inside, then remove the namespace (its veth end goes with it)."""
+    for pid in _ip("netns", "pids", namespace, check=False).split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    _ip("netns", "del", namespace, check=False)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces joined by a veth pair: [(namespace, address)] for node 0 and node 1."""
+    tag = uuid.uuid4().hex[:6]
+    names = [f"opbench-{tag}-n0", f"opbench-{tag}-n1"]
+    subnet = 250, int(tag[:2], 16) % 250
+    addrs = [f"10.{subnet[0]}.{subnet[1]}.1", f"10.{subnet[0]}.{subnet[1]}.2"]
+    veth = [f"opb{tag}a", f"opb{tag}b"]
+    made = []
+    try:
+        if not shutil.which("ip"):
+            raise OSError("no 'ip' command (iproute2)")
+        for ns in names:
+            _ip("netns", "add", ns)
+            made.append(ns)
+        _ip("link", "add", veth[0], "netns", names[0], "type", "veth", "peer", "name", veth[1], "netns", names[1])
+        for ns, dev, addr in zip(names, veth, addrs, strict=True):
+            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+    except (OSError, subprocess.CalledProcessError) as exc:
+        for ns in made:
+            _remove(ns)
+        why = getattr(exc, "stderr", None) or str(exc)
+        message = f"cannot make two network namespaces here ({why.strip()}): needs root and iproute2"
+        if os.environ.get("OPBENCH_REQUIRE_NETNS") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    try:
+        yield list(zip(names, addrs, strict=True))
+    finally:
+        for ns in names:
+            _remove(ns)
+
+
+def _node_command(rank: int, hosts: list[tuple[str, str]], out: Path) -> list[str]:
+    master = hosts[0][1]
+    env = {"OPBENCH_DIST_NODES": "2", "OPBENCH_DIST_NODE_RANK": str(rank),
+           "OPBENCH_DIST_MASTER": f"{master}:{MASTER_PORT}",
+           "OPBENCH_DIST_HOSTS": ",".join(f"{addr}:{TF_PORT + r}" for r, (_, addr) in enumerate(hosts))}
+    return ["ip", "netns", "exec", hosts[rank][0], "env", *(f"{k}={v}" for k, v in env.items()),
+            sys.executable, "-m", "pytest", "benchmarks/distributed", "-q", "-p", "no:cacheprovider",
+            "-k", "mlp and strong", "--workers", "1", "--framework", "torch,mxnet,tensorflow",
+            "--benchmark-max-time=0.05", "--benchmark-min-rounds=5", f"--benchmark-json={out}"]
+
+
+def test_two_nodes_in_network_namespaces_train_together_on_every_engine(two_hosts, tmp_path):
+    for framework in ("torch", "mxnet", "tensorflow"):
+        load_or_skip(framework)
+    outs = [tmp_path / f"node{r}.json" for r in range(2)]
+    logs = [tmp_path / f"node{r}.log" for r in range(2)]
+    procs = []
+    for rank in range(2):
+        with open(logs[rank], "wb") as log:
+            procs.append(subprocess.Popen(_node_command(rank, two_hosts, outs[rank]), cwd=ROOT, stdout=log,
+                                          stderr=subprocess.STDOUT))
+    try:
+        codes = [p.wait(RUN_HANG_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    said = "\n".join(f"--- node {r}:\n" + logs[r].read_text(errors="replace")[-3000:] for r in range(2))
+    assert codes == [0, 0], said
+    runs = [{b["name"]: b for b in json.loads(out.read_text())["benchmarks"]} for out in outs]
+    assert runs[0].keys() == runs[1].keys(), said
+    assert {b["extra_info"]["mode"] for b in runs[0].values()} == set(ENGINES), said
+    for name, zero in runs[0].items():
+        one = runs[1][name]
+        assert "-n2xw1-" in name  # never the same id as a single node's run
+        for b, rank in ((zero, 0), (one, 1)):
+            e = b["extra_info"]
+            assert (e["nodes"], e["workers"], e["world_size"], e["node_rank"]) == (2, 1, 2, rank), name
+            assert e["worker_batch"] == e["global_batch"] // 2 == 64, name
+        # the same steps on both nodes, and the same global figures
+        assert zero["stats"]["rounds"] == one["stats"]["rounds"] >= 5, name
+        for key in ("max_abs_err", "steps_to_target", "time_to_target_s", "target_loss", "loss_after_20_steps"):
+            assert zero["extra_info"][key] == one["extra_info"][key], (name, key)
+        assert sorted(zero["extra_info"]["ranks"] + one["extra_info"]["ranks"]) == [0, 1], name
+        assert zero["extra_info"]["communication_share"] is not None or "kvstore" not in name
