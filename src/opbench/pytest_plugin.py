@@ -408,6 +408,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A distributed case that failed for a reason its workers or its nodes gave (a worker died,
+    hung or failed a request; another node left or disagreed) is reported as that one line, the
+    engine and the worker or node named: the traceback would show only opbench's group and link
+    code. --tb=long (or any style asked for) shows it all."""
+    from opbench.core.errors import one_line
+    from opbench.suites.distributed.group import DistributedError
+    from opbench.suites.distributed.link import LinkError
+
+    outcome = yield
+    report = outcome.get_result()
+    if (report.failed and call.excinfo is not None and item.config.option.tbstyle == "auto"
+            and call.excinfo.errisinstance((DistributedError, LinkError))):
+        report.longrepr = one_line(call.excinfo.value, limit=600)
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
     """pytest-benchmark compares machine_info as it loads the compared run, in its pytest_configure:
     before opbench's block exists (it is built once benchmarks are collected and their frameworks

@@ -255,6 +255,25 @@ def test_a_session_without_opbench_benchmarks_pays_nothing(pytester):
     result.stdout.fnmatch_lines(["benchmark: * warmup=False *"])  # pytest-benchmark's own default, untouched
 
 
+def test_a_distributed_failure_is_reported_as_its_one_line_unless_a_traceback_is_asked_for(pytester):
+    pytester.makepyfile(test_dist="""
+        from opbench.suites.distributed.group import DistributedError
+
+        def test_group():
+            raise DistributedError("torch ddp: the rank 1 worker died (exit code 3): boom")
+
+        def test_other():
+            raise ValueError("an ordinary failure keeps its traceback")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "DistributedError: torch ddp: the rank 1 worker died (exit code 3): boom" in out
+    assert 'raise DistributedError("torch ddp' not in out and 'raise ValueError("an ordinary' in out
+    long = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tb=long").stdout.str()
+    assert 'raise DistributedError("torch ddp' in long
+
+
 @pytest.mark.parametrize("where", ["ini", "env", "command line"])
 def test_a_warmup_setting_is_respected_wherever_it_is_given(suite, monkeypatch, where):
     args = ["--framework", "numpy", "-k", "relu", "--benchmark-max-time=0.01"]
