@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -78,37 +79,69 @@ def two_hosts():
             _remove(ns)
 
 
-def _node_command(rank: int, hosts: list[tuple[str, str]], out: Path) -> list[str]:
-    master = hosts[0][1]
-    env = {"OPBENCH_DIST_NODES": "2", "OPBENCH_DIST_NODE_RANK": str(rank),
-           "OPBENCH_DIST_MASTER": f"{master}:{MASTER_PORT}",
-           "OPBENCH_DIST_HOSTS": ",".join(f"{addr}:{TF_PORT + r}" for r, (_, addr) in enumerate(hosts))}
-    return ["ip", "netns", "exec", hosts[rank][0], "env", *(f"{k}={v}" for k, v in env.items()),
-            sys.executable, "-m", "pytest", "benchmarks/distributed", "-q", "-p", "no:cacheprovider",
-            "-k", "mlp and strong", "--workers", "1", "--framework", "torch,mxnet,tensorflow",
-            "--benchmark-max-time=0.05", "--benchmark-min-rounds=5", f"--benchmark-json={out}"]
+class Node:
+    """One node's pytest process, started in its namespace with the documented variables, its own
+    temporary folder (to show that nothing is left there) and its output in a log."""
+
+    def __init__(self, rank: int, hosts: list[tuple[str, str]], folder: Path, select: str, *args: str) -> None:
+        self.rank, self.namespace = rank, hosts[rank][0]
+        self.out, self.log, self.tmp = folder / f"node{rank}.json", folder / f"node{rank}.log", folder / f"tmp{rank}"
+        self.tmp.mkdir()
+        master = hosts[0][1]
+        env = {"OPBENCH_DIST_NODES": "2", "OPBENCH_DIST_NODE_RANK": str(rank),
+               "OPBENCH_DIST_MASTER": f"{master}:{MASTER_PORT}",
+               "OPBENCH_DIST_HOSTS": ",".join(f"{addr}:{TF_PORT + r}" for r, (_, addr) in enumerate(hosts)),
+               "TMPDIR": str(self.tmp)}
+        command = ["ip", "netns", "exec", self.namespace, "env", *(f"{k}={v}" for k, v in env.items()),
+                   sys.executable, "-m", "pytest", "benchmarks/distributed", "-q", "-p", "no:cacheprovider",
+                   "-k", select, "--workers", "1", "--framework", "torch,mxnet,tensorflow",
+                   f"--benchmark-json={self.out}", *args]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(self) -> int:
+        try:
+            return self.proc.wait(RUN_HANG_S)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def said(self) -> str:
+        return f"--- node {self.rank}:\n" + self.log.read_text(errors="replace")[-3000:]
+
+    def left_behind(self) -> list[str]:
+        """Processes still in the namespace, ports listening there, and opbench's temporary folders."""
+        left = [f"process {pid}" for pid in _ip("netns", "pids", self.namespace, check=False).split()]
+        listening = subprocess.run(["ip", "netns", "exec", self.namespace, "ss", "-Hltn"], capture_output=True,
+                                   text=True, timeout=30, check=False).stdout.strip()
+        left += [f"listening: {line}" for line in listening.splitlines()]
+        return left + [f"folder {p.name}" for p in self.tmp.iterdir() if p.name.startswith("opbench-")]
 
 
-def test_two_nodes_in_network_namespaces_train_together_on_every_engine(two_hosts, tmp_path):
+def _workers_started(node: Node) -> bool:
+    """A worker process runs in the node's namespace (beside the pytest process and its `ip` parent)."""
+    pids = _ip("netns", "pids", node.namespace, check=False).split()
+    return any("opbench.suites.distributed.worker" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+               for pid in pids if Path(f"/proc/{pid}/cmdline").exists())
+
+
+@pytest.fixture
+def frameworks_present():
     for framework in ("torch", "mxnet", "tensorflow"):
         load_or_skip(framework)
-    outs = [tmp_path / f"node{r}.json" for r in range(2)]
-    logs = [tmp_path / f"node{r}.log" for r in range(2)]
-    procs = []
-    for rank in range(2):
-        with open(logs[rank], "wb") as log:
-            procs.append(subprocess.Popen(_node_command(rank, two_hosts, outs[rank]), cwd=ROOT, stdout=log,
-                                          stderr=subprocess.STDOUT))
-    try:
-        codes = [p.wait(RUN_HANG_S) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    said = "\n".join(f"--- node {r}:\n" + logs[r].read_text(errors="replace")[-3000:] for r in range(2))
+
+
+def test_two_nodes_in_network_namespaces_train_together_on_every_engine(two_hosts, tmp_path, frameworks_present):
+    nodes = [Node(rank, two_hosts, tmp_path, "mlp and strong", "--benchmark-max-time=0.05",
+                  "--benchmark-min-rounds=5") for rank in range(2)]
+    codes = [node.wait() for node in nodes]
+    said = "\n".join(node.said() for node in nodes)
     assert codes == [0, 0], said
-    runs = [{b["name"]: b for b in json.loads(out.read_text())["benchmarks"]} for out in outs]
+    runs = [{b["name"]: b for b in json.loads(node.out.read_text())["benchmarks"]} for node in nodes]
     assert runs[0].keys() == runs[1].keys(), said
     assert {b["extra_info"]["mode"] for b in runs[0].values()} == set(ENGINES), said
     for name, zero in runs[0].items():
@@ -123,4 +156,38 @@ def test_two_nodes_in_network_namespaces_train_together_on_every_engine(two_host
         for key in ("max_abs_err", "steps_to_target", "time_to_target_s", "target_loss", "loss_after_20_steps"):
             assert zero["extra_info"][key] == one["extra_info"][key], (name, key)
         assert sorted(zero["extra_info"]["ranks"] + one["extra_info"]["ranks"]) == [0, 1], name
-        assert zero["extra_info"]["communication_share"] is not None or "kvstore" not in name
+    for node in nodes:
+        assert not node.left_behind(), node.said()
+
+
+FAULT_TIMEOUT = "--dist-timeout=30"  # how long a live node waits for a dead one: bounds each case
+
+
+def _one_line_failure(node: Node, code: int, expected: str) -> None:
+    """The node failed its case with exactly one error line, and left nothing behind."""
+    text = node.log.read_text(errors="replace")
+    assert code == 1, node.said()
+    errors = [line for line in text.splitlines() if expected in line]
+    assert len(errors) == 1 and "Traceback" not in text, node.said()
+    assert not node.left_behind(), node.said()
+
+
+def test_a_node_that_never_starts_fails_the_other_with_one_line(two_hosts, tmp_path, frameworks_present):
+    alone = Node(0, two_hosts, tmp_path, "mlp and strong and ddp", FAULT_TIMEOUT)
+    _one_line_failure(alone, alone.wait(), "LinkError: node 1 did not join torch-cpu-ddp-sync-n2xw1-float32-mlp-b128")
+
+
+def test_a_node_killed_mid_run_fails_the_other_with_one_line(two_hosts, tmp_path, frameworks_present):
+    """Node 1 is killed (its pytest process, workers and all) once its worker runs: the live node
+    fails its case by the engine's error or the deadline, with one line, and cleans up."""
+    nodes = [Node(rank, two_hosts, tmp_path, "lenet and strong and ddp", FAULT_TIMEOUT, "--benchmark-max-time=30")
+             for rank in range(2)]
+    deadline = time.monotonic() + RUN_HANG_S
+    while not _workers_started(nodes[1]) and nodes[1].proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(5.0)  # into the correctness check or the timed steps
+    for pid in _ip("netns", "pids", nodes[1].namespace, check=False).split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    nodes[1].wait()
+    _one_line_failure(nodes[0], nodes[0].wait(), "torch ddp: ")

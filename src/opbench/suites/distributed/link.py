@@ -46,7 +46,7 @@ class _Peer:
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.sock], [], [], left)[0]:
-                raise LinkError(f"{self.name} sent no '{what}' in time")
+                raise LinkError(f"{self.name} sent no '{what}' in time (--dist-timeout)")
             try:
                 chunk = self.sock.recv(1 << 16)
             except OSError:  # reset by a node that died
@@ -68,7 +68,7 @@ class NodeLink:
     """The nodes of one case, joined. Use as a context manager around the case's worker group."""
 
     def __init__(self, topo: Topology, case_id: str, join_s: float, timeout_s: float) -> None:
-        self.topo, self.case_id, self.timeout_s = topo, case_id, timeout_s
+        self.topo, self.case_id, self.timeout_s, self.join_s = topo, case_id, timeout_s, join_s
         self.peers: list[_Peer] = []
         if topo.nodes > 1:
             deadline = time.monotonic() + join_s
@@ -100,7 +100,7 @@ class NodeLink:
                 if left <= 0 or not select.select([listener], [], [], left)[0]:
                     missing = sorted(set(range(1, self.topo.nodes)) - set(joined))
                     raise LinkError(f"node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not "
-                                    f"join {self.case_id} at {host}:{port} in time")
+                                    f"join {self.case_id} at {host}:{port} within {self.join_s:.0f} s")
                 sock, addr = listener.accept()
                 peer = _Peer(sock, f"the node at {addr[0]}")
                 self.peers.append(peer)  # closed with the link, whatever it said
