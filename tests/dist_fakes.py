@@ -57,6 +57,16 @@ class CrashOnStep(TorchDDP):
         return super().step(sync)
 
 
+class FailsFirstThenPeerDies(TorchDDP):
+    """Rank 0's collective fails (as gloo's does when its peer goes) just before rank 1 dies."""
+
+    def step(self, sync: bool = True) -> float:
+        if _rank() == 1:
+            time.sleep(0.5)
+            os._exit(3)
+        raise RuntimeError("Connection closed by peer")
+
+
 class HangOnStep(TorchDDP):
     def step(self, sync: bool = True) -> float:
         if _rank() == 1:

@@ -116,6 +116,18 @@ def test_a_crashing_worker_fails_the_case_in_one_line():
     _assert_gone(group)
 
 
+def test_a_dead_worker_is_the_cause_even_when_its_peers_failure_is_read_first():
+    """Which reply the group read first was a race: on a busy machine rank 0's 'Connection closed
+    by peer' came before rank 1's death, and the case blamed rank 0."""
+    case = _case(2)
+    with _group() as group:
+        _setup(group, "tests.dist_fakes:FailsFirstThenPeerDies", case)
+        group.ask("optimizer")
+        with pytest.raises(DistributedError, match=r"^torch ddp: the rank 1 worker died \(exit code 3\)"):
+            group.ask("step")
+    _assert_gone(group)
+
+
 def test_a_hanging_worker_is_stopped_at_its_deadline():
     case = _case(2)
     with _group(timeout=3.0) as group:

@@ -124,6 +124,10 @@ class WorkerProcess:
             self.kill()
             raise WorkerDied(f"the {self.side} worker answered garbage: {line[:120]!r}") from None
 
+    def exited(self) -> WorkerDied | None:
+        """Why the worker is gone, if it has exited (without waiting), else None."""
+        return self._died() if self.proc.poll() is not None else None
+
     def _died(self) -> WorkerDied:
         code = self.proc.wait()
         reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"

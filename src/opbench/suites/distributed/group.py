@@ -21,6 +21,7 @@ from opbench.suites.distributed.engines import Engine, Topology
 
 SETUP_TIMEOUT_S = 180.0  # import the framework, rendezvous, build the model
 CLOSE_GRACE_S = 10.0
+DEATH_GRACE_S = 2.0  # how long a worker's failure waits to see whether another worker died first
 
 
 class DistributedError(Exception):
@@ -93,13 +94,29 @@ class WorkerGroup:
                 for i in pending:
                     got = self.workers[i].read_ready()
                     if got is not None and not got.get("ok"):
-                        raise DistributedError(f"{self.label}: the {self.workers[i].side} worker failed '{cmd}': "
+                        dead = self._dead_other(i)
+                        raise DistributedError(f"{self.label}: {dead}" if dead else
+                                               f"{self.label}: the {self.workers[i].side} worker failed '{cmd}': "
                                                f"{got.get('error')}")
                     if got is not None:
                         replies[i] = got
         except WorkerFailure as exc:
             raise DistributedError(f"{self.label}: {exc}") from None
         return [replies[i] for i in range(len(self.workers))]
+
+    def _dead_other(self, failed: int) -> str | None:
+        """When a worker's request failed, the death of another worker is the cause to report: a
+        crashed rank 1 makes rank 0's collective fail with gloo's 'Connection closed by peer',
+        and which of the two the group reads first was a race (a busy machine lost it)."""
+        deadline = time.monotonic() + DEATH_GRACE_S
+        while True:
+            for i, worker in enumerate(self.workers):
+                gone = worker.exited() if i != failed else None
+                if gone is not None:
+                    return str(gone)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
 
     def close(self) -> None:
         """Stop every process this group started and remove its folder."""
