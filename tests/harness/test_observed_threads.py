@@ -266,6 +266,9 @@ def test_running_threads_are_those_in_state_r_but_the_one_left_out(tmp_path):
         (tmp_path / str(tid) / "stat").write_text(stat_line(tid, "a) (b", 1, 1).replace(") S ", f") {state} ", 1))
     assert running_threads(tmp_path) == 2
     assert running_threads(tmp_path, leave_out=3) == 1
+    (tmp_path / "5").mkdir()
+    (tmp_path / "5" / "stat").write_text("")  # a thread that ended as it was read: its stat reads empty
+    assert running_threads(tmp_path) == 2  # the sampler thread died on it ('substring not found')
 
 
 def test_the_count_is_the_width_of_the_team_when_sampled_whoever_takes_its_turns():

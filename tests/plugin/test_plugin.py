@@ -255,6 +255,23 @@ def test_a_session_without_opbench_benchmarks_pays_nothing(pytester):
     result.stdout.fnmatch_lines(["benchmark: * warmup=False *"])  # pytest-benchmark's own default, untouched
 
 
+def test_a_benchmark_that_fails_in_its_first_timed_round_leaves_the_summary_whole(pytester):
+    """Node 1 killed during the timed steps: pedantic's first round raised, its statistics were
+    empty, and opbench's summary crashed the session with 'min() arg is an empty sequence'."""
+    pytester.makepyfile(test_rounds="""
+        def test_dies_while_timed(benchmark):
+            def step():
+                raise RuntimeError("Connection closed by peer")
+            benchmark.pedantic(step, rounds=5, iterations=1)
+
+        def test_fine(benchmark):
+            benchmark(lambda: sum(range(10)))
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stderr.str()
+
+
 def test_a_distributed_failure_is_reported_as_its_one_line_unless_a_traceback_is_asked_for(pytester):
     pytester.makepyfile(test_dist="""
         from opbench.suites.distributed.group import DistributedError

@@ -75,8 +75,10 @@ def crowded(others: float, cpus: int, team: int) -> bool:
 
 
 def _state(stat: str) -> str:
-    """The scheduling state (field 3: R, S, D, ...) of a /proc/<pid>/task/<tid>/stat line."""
-    return stat[stat.rindex(")") + 2]
+    """The scheduling state (field 3: R, S, D, ...) of a /proc/<pid>/task/<tid>/stat line; '' for
+    a thread that ended while it was read (its stat file reads empty)."""
+    end = stat.rfind(")")
+    return stat[end + 2] if 0 <= end < len(stat) - 2 else ""
 
 
 def running_threads(tasks: Path = TASKS, leave_out: int | None = None) -> int:

@@ -17,8 +17,10 @@ def session_run(bs) -> Run:
     """This session's benchmarks as a Run (nothing saved is read)."""
     benches = {}
     for meta in bs.benchmarks:
+        if meta.has_error or not getattr(meta.stats, "data", None):
+            continue  # failed while timed (a distributed step whose peer died in round 1): no statistics
         raw = meta.as_dict(include_data=False)
-        if raw.get("stats") and not meta.has_error:
+        if raw.get("stats"):
             try:
                 bench = bench_of(raw, Path("this session"))
             except ResultsError:  # an unusable timing is left out of the table, as pytest-benchmark leaves it unsaved
