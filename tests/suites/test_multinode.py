@@ -124,9 +124,14 @@ class Node:
 
 def _workers_started(node: Node) -> bool:
     """A worker process runs in the node's namespace (beside the pytest process and its `ip` parent)."""
-    pids = _ip("netns", "pids", node.namespace, check=False).split()
-    return any("opbench.suites.distributed.worker" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-               for pid in pids if Path(f"/proc/{pid}/cmdline").exists())
+    for pid in _ip("netns", "pids", node.namespace, check=False).split():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:  # a short-lived process ended between the listing and the read
+            continue
+        if "opbench.suites.distributed.worker" in command:
+            return True
+    return False
 
 
 @pytest.fixture
