@@ -13,6 +13,7 @@ import pytest
 
 from opbench import frameworks
 from opbench.core.case import Case
+from opbench.core.errors import one_line
 from opbench.core.schema import DIRECTIONS
 from opbench.frameworks.base import Backend, NotCompiled, Unavailable
 from opbench.harness import config as cfg
@@ -20,6 +21,8 @@ from opbench.harness.config import ConfigError, Settings
 from opbench.harness.session import Session
 from opbench.suites.distributed.cases import dist_cases
 from opbench.suites.distributed.engines import ENGINES
+from opbench.suites.distributed.group import DistributedError
+from opbench.suites.distributed.link import LinkError
 from opbench.suites.ops import generate
 from opbench.workloads import ops
 from opbench.workloads.models import catalogue
@@ -413,10 +416,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     hung or failed a request; another node left or disagreed) is reported as that one line, the
     engine and the worker or node named: the traceback would show only opbench's group and link
     code. --tb=long (or any style asked for) shows it all."""
-    from opbench.core.errors import one_line
-    from opbench.suites.distributed.group import DistributedError
-    from opbench.suites.distributed.link import LinkError
-
     outcome = yield
     report = outcome.get_result()
     if (report.failed and call.excinfo is not None and item.config.option.tbstyle == "auto"

@@ -47,6 +47,12 @@ def load_line(saved: dict[str, Any]) -> str:
             f"{saved['team']} threads), steal {saved['steal']:.0%}, run queue {saved['run_queue']:g}")
 
 
+def width_label(nodes: int, workers: int) -> str:
+    """A data-parallel group's width as ids and tables write it: 'w2' on one node, 'n2xw1' (nodes x
+    workers per node) on several."""
+    return f"w{workers}" if nodes == 1 else f"n{nodes}xw{workers}"
+
+
 def identity(kind: str, name: str, **fields: Any) -> dict[str, Any]:
     """The identity block of a result's extra_info: `kind` ("op" or "model") names `name`, and
     `fields` are exactly the IDENTITY keys."""

@@ -11,16 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from opbench.core.schema import width_label
 from opbench.results.store import Run
 from opbench.results.tables import table
 
 Width = tuple[int, int]  # (nodes, workers per node)
-
-
-def width_label(width: Width) -> str:
-    """'w2' on one node, 'n2xw1' on several, as the benchmark ids say."""
-    nodes, workers = width
-    return f"w{workers}" if nodes == 1 else f"n{nodes}xw{workers}"
 
 
 @dataclass
@@ -73,8 +68,8 @@ def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:
         return []
     widths = sorted({w for c in found for w in c.samples})
     many = [w for w in widths if w != (1, 1)]
-    header = ("model", "scaling", "engine", *(f"samples/s {width_label(w)}" for w in widths),
-              *(f"efficiency {width_label(w)}" for w in many), *(f"comm. share {width_label(w)}" for w in many))
+    header = ("model", "scaling", "engine", *(f"samples/s {width_label(*w)}" for w in widths),
+              *(f"efficiency {width_label(*w)}" for w in many), *(f"comm. share {width_label(*w)}" for w in many))
     rows = []
     for c in found:
         eff = [c.efficiency(w) for w in many]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opbench import frameworks
+from opbench.core import schema
 from opbench.harness.config import Settings
 from opbench.suites.distributed.engines import ENGINES, nodes_from_env
 from opbench.workloads.models import catalogue
@@ -43,7 +44,7 @@ class DistCase:
     @property
     def width(self) -> str:
         """'w2' on one node, 'n2xw2' (nodes x workers per node) on several."""
-        return f"w{self.workers}" if self.nodes == 1 else f"n{self.nodes}xw{self.workers}"
+        return schema.width_label(self.nodes, self.workers)
 
     @property
     def mode(self) -> str:
