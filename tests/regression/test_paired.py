@@ -523,40 +523,51 @@ def test_an_interrupt_leaves_no_worker_running(tmp_path):
 
 def test_sigterm_stops_the_gate_and_its_workers_in_one_line(tmp_path):
     """A cancelled CI job (SIGTERM) ends `opbench ab` like Ctrl-C: exit 130, one line, and no
-    worker left running (here a worker that never answers its collect request)."""
+    worker left running (here workers that never answer their collect request)."""
+    import os
     import signal
     import subprocess
     import time
 
+    # Every fake worker appends its pid; the mark in the environment the gate hands its workers
+    # tells one of them from an unrelated process that reused the pid after it ended.
+    mark = f"OPBENCH_TEST_MARK={tmp_path}"
+    pids = tmp_path / "worker.pids"
     fake = tmp_path / "python"
-    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/worker.pid\nexec sleep 60\n")
+    fake.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 60\n")
     fake.chmod(0o755)
     p = subprocess.Popen([sys.executable, "-m", "opbench", "ab", "--baseline-python", str(fake), "--candidate-python",
                           str(fake), "--workdir", str(tmp_path), "--", "benchmarks"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pidfile = tmp_path / "worker.pid"
-    for _ in range(200):
-        if pidfile.exists() and pidfile.read_text().strip():
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "OPBENCH_TEST_MARK": str(tmp_path)})
+    for _ in range(600):  # a bound on a hang: the gate starts its first worker
+        if pids.exists() and pids.read_text().strip():
             break
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=30)
+    _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err.strip() == "opbench: interrupted", err
-    worker = int(pidfile.read_text())
-    for _ in range(600):  # a bound on a hang: the stopped worker is reaped asynchronously, slower when busy
-        if not _running(worker):
+    workers = [int(pid) for pid in pids.read_text().split()]
+    assert workers
+    for _ in range(600):  # a bound on a hang: the stopped workers are reaped asynchronously, slower when busy
+        alive = [pid for pid in workers if _running(pid, mark)]
+        if not alive:
             break
         time.sleep(0.05)
     else:
-        pytest.fail(f"worker {worker} still runs 30 s after the gate ended")
+        pytest.fail(f"workers {alive} of {workers} still run 30 s after the gate ended")
 
 
-def _running(pid: int) -> bool:
-    """Whether the process exists and has not ended: a killed process whose new parent has not
-    reaped it yet is a zombie (state Z), which has ended."""
+def _running(pid: int, mark: str | None = None) -> bool:
+    """Whether the process exists and has not ended (a killed process whose new parent has not
+    reaped it yet is a zombie, state Z, which has ended); with `mark`, only if its environment
+    holds that "NAME=value" entry (the pid is still the one the test started)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+        environ = Path(f"/proc/{pid}/environ").read_bytes() if mark else b""
     except OSError:
+        return False
+    if mark and mark.encode() not in environ.split(b"\0"):
         return False
     return stat[stat.rindex(")") + 2] != "Z"
 
