@@ -3,12 +3,14 @@ inside a distributed worker process (named as "tests.dist_fakes:Class")."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
 import torch.distributed as dist
 
 from opbench.frameworks.torch.ddp import TorchDDP
+from opbench.workloads.models.spec import Optimizer
 
 
 class PerWorkerMean:
@@ -25,6 +27,28 @@ class PerWorkerMean:
                 self.kv.set_optimizer(mxnet_optimizer(optimizer, self.world / self.global_batch))
 
         return _Wrong(*args)
+
+
+class AsyncAdamEps:
+    """MXNet's asynchronous KVStore whose server runs Adam with epsilon 1e-3 instead of the
+    model's: the gate's plain SGD is right, the timed step is not. (Built on first use: it
+    imports MXNet.)"""
+
+    def __new__(cls, *args):
+        from opbench.frameworks.mxnet.kvstore import MxnetKVStore
+
+        class _Wrong(MxnetKVStore):
+            def use(self, optimizer) -> None:
+                super().use(dataclasses.replace(optimizer, eps=1e-3) if optimizer.name == "adam" else optimizer)
+
+        return _Wrong(*args)
+
+
+class SgdForAdam(TorchDDP):
+    """The timed step runs plain SGD at Adam's rate; the gate's SGD steps are right."""
+
+    def use(self, optimizer) -> None:
+        super().use(Optimizer("sgd", optimizer.lr) if optimizer.name == "adam" else optimizer)
 
 
 def _rank() -> int:

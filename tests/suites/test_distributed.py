@@ -71,7 +71,8 @@ def test_kvstore_catches_each_workers_mean_summed_on_the_server():
         setup = _setup(group, "tests.dist_fakes:PerWorkerMean", case)
         assert len(group.helpers) == 2 and setup[0]["config"]["kvstore"] == "dist_sync"
         with pytest.raises(CorrectnessError, match="update of parameter"):
-            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"],
+                                    setup[0]["adam_eps_corrected"])
     _assert_gone(group)
 
 
@@ -90,7 +91,8 @@ def test_single_process_engines_catch_wrong_aggregation(engine, fake, error):
         setup = _setup(group, f"tests.dist_fakes:{fake}", case)
         assert setup[0]["world"] == 1
         with pytest.raises(CorrectnessError, match=error):
-            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"],
+                                    setup[0]["adam_eps_corrected"])
     _assert_gone(group)
     _assert_gone(group)
 
@@ -101,8 +103,41 @@ def test_wrong_gradient_averaging_fails_the_gate(fake):
     with _group() as group:
         setup = _setup(group, f"tests.dist_fakes:{fake}", case)
         with pytest.raises(CorrectnessError, match=r"worker \d: .*update of parameter"):
-            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"])
+            equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "", setup[0]["lstm_biases"],
+                                    setup[0]["adam_eps_corrected"])
     _assert_gone(group)
+
+
+def _checked(case: DistCase, worker: str, engine: str = "ddp") -> float:
+    """The gate and the timed step's check of `case` on `worker`; the group is gone afterwards."""
+    group = _group(engine=engine, rule=case.rule)
+    try:
+        with group:
+            setup = _setup(group, worker, case)
+            return equivalence.equivalence(case, group, NodeLink(group.topo, case.id, 0, 0), "",
+                                           setup[0]["lstm_biases"], setup[0]["adam_eps_corrected"])
+    finally:
+        _assert_gone(group)
+
+
+def test_the_timed_optimizer_is_checked_where_the_gates_sgd_cannot_see_it():
+    """LeNet's timed step is Adam: plain SGD at Adam's rate passes the gate's SGD steps (they run
+    SGD) and fails the timed step's check on every worker; the real engine passes both."""
+    case = _case(2, model="lenet")
+    assert _checked(case, "opbench.frameworks.torch.ddp:TorchDDP") < 1e-3
+    with pytest.raises(CorrectnessError, match=r"worker \d: .*update of parameter .* in the timed adam step"):
+        _checked(case, "tests.dist_fakes:SgdForAdam")
+
+
+def test_asynchronous_adam_pushes_are_checked_in_the_order_the_server_took_them():
+    """MXNet's asynchronous store applies each worker's push as it arrives, each an Adam step of
+    its shard's gradient: the real store matches one of the orders in every tensor; a server Adam
+    with the wrong epsilon matches none."""
+    load_or_skip("mxnet")
+    case = _case(2, model="lenet", engine="kvstore", rule="async")
+    assert _checked(case, "opbench.frameworks.mxnet.kvstore:MxnetKVStore", "kvstore") < 1e-3
+    with pytest.raises(CorrectnessError, match=r"update of parameter .* in the timed adam step"):
+        _checked(case, "tests.dist_fakes:AsyncAdamEps", "kvstore")
 
 
 def test_a_crashing_worker_fails_the_case_in_one_line():

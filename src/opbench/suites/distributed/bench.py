@@ -1,5 +1,6 @@
 """Timing one distributed case through pytest-benchmark: join the other nodes (if any), start
-this node's worker group once, pass the equivalence gate, exclude the first WARMUP_STEPS steps,
+this node's worker group once, pass the equivalence gate and the check of the timed
+optimizer's first step, exclude the first WARMUP_STEPS steps,
 then time one synchronous training step of every worker per call; afterwards measure what the
 coordinator and the communication cost, and the time to target.
 
@@ -85,15 +86,17 @@ def measure_distributed(benchmark, bound) -> None:
                           replicas=case.workers, engine_name=case.engine,
                           collective_timeout_s=settings.dist_timeout)
         group.numbered([r["rank"] for r in setup])
-        err = equivalence.equivalence(case, group, link, settings.data_dir, setup[0]["lstm_biases"])
-        group.ask("optimizer")  # the model's own optimizer, from the shared initial weights
+        # the gate, then the timed optimizer's first step checked: the timed rounds go on from it
+        err = equivalence.equivalence(case, group, link, settings.data_dir, setup[0]["lstm_biases"],
+                                      setup[0]["adam_eps_corrected"])
         rounds = agreed_rounds(benchmark, group, link)
         overhead = statistics.median(_seconds(lambda: group.ask("ping")) for _ in range(PINGS))
         extra = {**identity(case, bound.backend, threads=1, max_abs_err=err), "engine": case.engine,
                  "rule": case.rule, "workers": case.workers, "nodes": topo.nodes, "world_size": topo.world,
                  "node_rank": topo.node_rank, "ranks": group.ranks, "scaling": case.scaling,
                  "global_batch": case.global_batch, "worker_batch": case.global_batch // topo.world,
-                 "warmup_steps": WARMUP_STEPS, "engine_config": setup[0]["config"],
+                 "warmup_steps": WARMUP_STEPS, "optimizer": catalogue.get(case.name).optimizer.name,
+                 "engine_config": setup[0]["config"],
                  "coordinator_overhead_s": overhead}
         with recording(benchmark, case, extra):
             with loaded(benchmark, case.workers):  # one thread per worker process

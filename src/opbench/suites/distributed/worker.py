@@ -61,7 +61,8 @@ class Worker:
         self.shard = (self.engine.rank, self.engine.world)
         self.batch({"index": 0})
         return {"rank": self.engine.rank, "world": self.engine.world, "lstm_biases": self.engine.lstm_biases,
-                "config": self.engine.config(), "comm_off": self.engine.comm_off}
+                "config": self.engine.config(), "comm_off": self.engine.comm_off,
+                "adam_eps_corrected": self.engine.native.adam_eps_corrected}
 
     def batch(self, req: dict) -> dict:
         """Load this worker's equal share of global batch `index` (the same data at any world size),

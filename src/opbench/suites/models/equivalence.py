@@ -307,17 +307,27 @@ def reference_timed_step(
     model = catalogue.get(name)
     initial, opt = _initial(model), model.optimizer
     _, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
-    want = optimizer_update(model, initial, grads, state, opt, lstm_biases, eps_corrected)
-    x, y = datasets.batch(model, batch, data_dir)
+    update = lambda g, st: optimizer_update(model, initial, g[0], st, opt, lstm_biases, eps_corrected)
+    return emulated_step(model, update, [datasets.batch(model, batch, data_dir)], [grads], state, unbiased_var, dtype)
+
+
+def emulated_step(model: ModelSpec, update, batches: list, grads: list[dict], state: dict, unbiased_var: bool,
+                  dtype: str) -> tuple[dict, dict]:
+    """One optimizer step made from the gradients of one or more `batches` (each's float64 pass
+    from the initial weights in `grads`, the running statistics in `state`): `update(gradients,
+    state)` makes it. Returns the float64 step and each tensor's update error when the passes run
+    in `dtype` and the weights are stored as the framework stores them."""
+    initial, opt = _initial(model), model.optimizer
+    want = update(grads, state)
     wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
     low = precision.rounder(dtype) is not None
     master = np.float64 if low else np.float32
+    stored = lambda params: {k: v.astype(master).astype(np.float64) for k, v in params.items()}
     errors = dict.fromkeys(want, 0.0)
     for draw in range(1 if low else DRAWS):
-        _, low_grads, low_state = _run_in(dtype, model, initial, x.astype(np.float64), y, unbiased_var, draw)
-        low_grads, low_state = wide(low_grads), wide(low_state)
-        got = optimizer_update(model, initial, low_grads, low_state, opt, lstm_biases, eps_corrected)
-        got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
+        passes = [_run_in(dtype, model, initial, x.astype(np.float64), y, unbiased_var, draw) for x, y in batches]
+        low_grads, low_state = [wide(p[1]) for p in passes], wide(passes[0][2])
+        got = stored(update(low_grads, low_state))
         errors = {k: max(errors[k], _relative(got[k] - initial[k], want[k] - initial[k], want[k])) for k in want}
         if opt.name == "sgd" and not low:
             continue
@@ -332,13 +342,14 @@ def reference_timed_step(
         # NumPy's float32 error on that element and within its 1.4e-8 on the tensor's worst; in
         # bfloat16, TensorFlow XLA's LSTM step is 24% off on the last dense layer, 8 times what
         # NumPy's own elements allowed), except where both make an exact 0 (a dead unit).
-        spread = {k: 2 * np.abs(low_grads[k] - grads[k]) for k in grads}
-        if opt.name != "sgd":
-            spread = {k: np.where((grads[k] == 0) & (low_grads[k] == 0), 0.0, d.max()) for k, d in spread.items()}
         for sign in (1.0, -1.0):
-            moved = {k: g + sign * spread[k] for k, g in low_grads.items()}
-            other = optimizer_update(model, initial, moved, low_state, opt, lstm_biases, eps_corrected)
-            other = {k: v.astype(master).astype(np.float64) for k, v in other.items()}
+            moved = []
+            for g, lg in zip(grads, low_grads, strict=True):
+                spread = {k: 2 * np.abs(lg[k] - g[k]) for k in g}
+                if opt.name != "sgd":
+                    spread = {k: np.where((g[k] == 0) & (lg[k] == 0), 0.0, d.max()) for k, d in spread.items()}
+                moved.append({k: v + sign * spread[k] for k, v in lg.items()})
+            other = stored(update(moved, low_state))
             errors = {k: max(errors[k], _change(other[k], got[k], want[k] - initial[k])) for k in want}
     return want, errors
 
