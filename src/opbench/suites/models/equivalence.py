@@ -59,7 +59,8 @@ MAX_UPDATE_ERR = 0.75
 DRAWS = 8
 
 
-def _initial(model: ModelSpec) -> dict[str, np.ndarray]:
+def initial_weights(model: ModelSpec) -> dict[str, np.ndarray]:
+    """The shared initial weights every framework starts from, in float64."""
     return {k: v.astype(np.float64) for k, v in init_params(model).items()}
 
 
@@ -68,7 +69,7 @@ def _reference_logits(name: str, batch: int, data_dir: str) -> np.ndarray:
     """NumPy's inference logits on batch 0 from the initial weights."""
     model = catalogue.get(name)
     x, _ = datasets.batch(model, batch, data_dir)
-    return reference.forward(model, _initial(model), x.astype(np.float64))
+    return reference.forward(model, initial_weights(model), x.astype(np.float64))
 
 
 @functools.lru_cache(maxsize=4)
@@ -77,7 +78,7 @@ def _first_pass(name: str, batch: int, data_dir: str, unbiased_var: bool) -> tup
     statistics. gate_lr() and the first reference step share it."""
     model = catalogue.get(name)
     x, y = datasets.batch(model, batch, data_dir)
-    return reference.loss_and_grads(model, _initial(model), x.astype(np.float64), y, unbiased_var)
+    return reference.loss_and_grads(model, initial_weights(model), x.astype(np.float64), y, unbiased_var)
 
 
 def gate_lr(name: str, batch: int, data_dir: str, unbiased_var: bool = False) -> float:
@@ -101,7 +102,7 @@ def reference_sgd(
     parameters (with the running statistics) before the first step and after each. The
     framework's conventions come with it: `lstm_biases` and `unbiased_var` (NativeModel's)."""
     model = catalogue.get(name)
-    params, losses, trajectory = _initial(model), [], []
+    params, losses, trajectory = initial_weights(model), [], []
     trajectory.append(params)
     lr = gate_lr(name, batch, data_dir, unbiased_var)
     for i in range(steps):
@@ -188,7 +189,7 @@ def emulated_logits(name: str, batch: int, data_dir: str, dtype: str) -> Emulati
     model = catalogue.get(name)
     x, _ = datasets.batch(model, batch, data_dir)
     want = _reference_logits(name, batch, data_dir)
-    got = _run_in(dtype, model, _initial(model), x.astype(np.float64), None, False)
+    got = _run_in(dtype, model, initial_weights(model), x.astype(np.float64), None, False)
     return Emulation(logits_max=float(np.max(np.abs(got - want))), logits_rel=_relative(got, want, want))
 
 
@@ -283,15 +284,15 @@ def check_update(
 
 
 def optimizer_update(model: ModelSpec, params: dict, grads: dict, state: dict, opt: Optimizer, lstm_biases: int,
-                     eps_corrected: bool) -> dict:
-    """The reference's first step of `opt` (the study's optimizer, as the timed step runs it) from
-    `params`: SGD at its rate, or Adam's first step with the framework's epsilon convention.
-    An optimizer the reference does not have is an error: a step that cannot be checked is not
-    timed."""
+                     eps_corrected: bool, moments: tuple = ({}, {}), step: int = 1) -> tuple[dict, tuple]:
+    """The reference's step number `step` of `opt` (the study's optimizer, as the timed step runs
+    it) from `params`, and the optimizer's moments after it: SGD at its rate, or Adam with the
+    framework's epsilon convention (`moments` empty before its first step). An optimizer the
+    reference does not have is an error: a step that cannot be checked is not timed."""
     if opt.name == "sgd":
-        return reference.sgd_update(model, params, grads, state, opt.lr, lstm_biases)
+        return reference.sgd_update(model, params, grads, state, opt.lr, lstm_biases), moments
     if opt.name == "adam":
-        return reference.adam_update(model, params, grads, state, ({}, {}), 1, opt, lstm_biases, eps_corrected)[0]
+        return reference.adam_update(model, params, grads, state, moments, step, opt, lstm_biases, eps_corrected)
     raise CorrectnessError(f"{model.name}: the reference has no optimizer {opt.name!r}; its timed step cannot be "
                            "checked, so it is not timed")
 
@@ -305,9 +306,9 @@ def reference_timed_step(
     when the same step's pass runs in `dtype` and the weights are stored as the framework stores
     them (its conditioning, measured as emulated_errors() measures the gate's steps)."""
     model = catalogue.get(name)
-    initial, opt = _initial(model), model.optimizer
+    initial, opt = initial_weights(model), model.optimizer
     _, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
-    update = lambda g, st: optimizer_update(model, initial, g[0], st, opt, lstm_biases, eps_corrected)
+    update = lambda g, st: optimizer_update(model, initial, g[0], st, opt, lstm_biases, eps_corrected)[0]
     return emulated_step(model, update, [datasets.batch(model, batch, data_dir)], [grads], state, unbiased_var, dtype)
 
 
@@ -317,7 +318,7 @@ def emulated_step(model: ModelSpec, update, batches: list, grads: list[dict], st
     from the initial weights in `grads`, the running statistics in `state`): `update(gradients,
     state)` makes it. Returns the float64 step and each tensor's update error when the passes run
     in `dtype` and the weights are stored as the framework stores them."""
-    initial, opt = _initial(model), model.optimizer
+    initial, opt = initial_weights(model), model.optimizer
     want = update(grads, state)
     wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
     low = precision.rounder(dtype) is not None
@@ -364,7 +365,7 @@ def check_timed_step(case: Case, native, before: dict, lowp: str, data_dir: str)
     want, allowed = reference_timed_step(case.name, case.p["batch"], data_dir, *conventions(case.name, native),
                                          native.adam_eps_corrected, lowp)
     step = f"the timed {opt.name} step (lr {opt.lr:g})"
-    return check_update(case, step, before, native.get_params(), _initial(model), want, allowed)
+    return check_update(case, step, before, native.get_params(), initial_weights(model), want, allowed)
 
 
 def conventions(name: str, native) -> tuple[int, bool]:
