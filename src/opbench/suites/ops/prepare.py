@@ -43,6 +43,14 @@ class Prepared:
     peak_memory: Callable[[], int | None] | None = None  # the framework allocator's peak (GPU)
     after_timing: Callable[[], dict[str, Any]] | None = None  # more metrics, measured after timing
     algorithm_gain: float = 1.0  # the most FLOPs a known fast algorithm saves against `flops`
+    shares: list[float] = field(default_factory=list)  # each checked quantity's error / its allowance
+
+    @property
+    def allowance_share(self) -> float:
+        """The largest share of its allowance any quantity the check compared has used so far
+        (at most 1 once the check passed; 0 before anything was compared): how close correct code
+        came to failing, the number a test holds, never the raw error against one host's constant."""
+        return max(self.shares, default=0.0)
 
     def per_second(self, seconds: float) -> dict[str, float]:
         """Throughput figures for extra_info: samples and batches per second (models only)."""
@@ -98,15 +106,20 @@ def _cotangent(case: Case, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, tol: float,
-             floor: np.ndarray | float | None = None, absolute: np.ndarray | float | None = None) -> float:
+             floor: np.ndarray | float | None = None, absolute: np.ndarray | float | None = None,
+             used: list[float] | None = None) -> float:
     """max|got - want|, after checking every element against tol * (|want| + floor) (floor: the
-    RMS of `want` unless the operator says what its rounding error scales with)."""
+    RMS of `want` unless the operator says what its rounding error scales with); the largest
+    element's share of its allowance goes to `used`."""
     err = ops.max_error(got, want)
     if np.isfinite(err):
         diff = np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want)
         limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor, absolute)
         worst = np.unravel_index(np.argmax(diff - limit), want.shape) if want.size else ()
         if not want.size or diff[worst] <= limit[worst]:
+            if used is not None and want.size:
+                share = np.divide(diff, limit, out=np.where(diff > 0, np.inf, 0.0), where=limit > 0)
+                used.append(float(np.max(share)))
             return err
     if np.size(got) != want.size:
         detail = f"shape {np.shape(got)} != {want.shape}"
@@ -152,6 +165,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
     absolute = ops.absolute_allowance(spec, p, exact, case.dtype)
     if spec.linear:
         floor = _capped(spec.reference(p, *magnitude), want)
+    shares: list[float] = []  # each compared tensor's largest error as a share of its allowance
 
     if spec.creation:
         args = [a.tolist() if spec.extra.get("as_list") else a for a in host]
@@ -164,7 +178,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                     return spec.check(p, exact, got)
                 except AssertionError as exc:  # the check's own failure is a correctness failure like any
                     raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: {exc}") from None
-            return _compare("output", got, want, case, out_tol, floor, absolute)
+            return _compare("output", got, want, case, out_tol, floor, absolute, shares)
     else:
         native = [
             backend.from_numpy(to_native(a, arg.kind, image, kernel), case.device, case.dtype)
@@ -178,7 +192,8 @@ def prepare(case: Case, backend: Backend) -> Prepared:
             run = backend.forward(impl, p, native, case.mode, case.device)
 
             def verify(result):
-                return _compare("output", to_host(result, spec.output_kind), want, case, out_tol, floor, absolute)
+                return _compare("output", to_host(result, spec.output_kind), want, case, out_tol, floor, absolute,
+                                shares)
         else:
             ct = _cotangent(case, want.shape)
             ct_native = backend.from_numpy(to_native(ct, spec.output_kind, image, kernel), case.device, case.dtype)
@@ -199,10 +214,12 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                 out, grads = result
                 if len(grads) != len(argnums):
                     raise CorrectnessError(f"{case.framework} returned {len(grads)} gradients, expected {len(argnums)}")
-                errs = [_compare("output", to_host(out, spec.output_kind), want, case, out_tol, floor, absolute)]
+                errs = [_compare("output", to_host(out, spec.output_kind), want, case, out_tol, floor, absolute,
+                                 shares)]
                 for i, g, w, f, a in zip(argnums, grads, want_grads, grad_floors, grad_abs, strict=True):
                     arg = spec.args[i]
-                    errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f, a))
+                    errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f, a,
+                                         shares))
                 return max(errs)
 
     call = synchronised(run, backend, case.device)
@@ -216,7 +233,8 @@ def prepare(case: Case, backend: Backend) -> Prepared:
     extra = {"flops_exact": flops_exact}
     if computed:  # what the framework's compiled program says its products ran in (a 16-bit label may be float32)
         extra["computed_in"] = computed
-    return Prepared(case, backend, call, verify, flops, nbytes, layout, extra=extra, algorithm_gain=gain)
+    return Prepared(case, backend, call, verify, flops, nbytes, layout, extra=extra, algorithm_gain=gain,
+                    shares=shares)
 
 
 def verified(case: Case, backend: Backend) -> tuple[Prepared, float]:
