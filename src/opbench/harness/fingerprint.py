@@ -12,6 +12,7 @@ import platform
 from typing import Any
 
 from opbench import frameworks
+from opbench.harness import isa
 from opbench.harness.config import Settings
 from opbench.harness.roofline import Roofline
 
@@ -61,5 +62,8 @@ def update_machine_info(machine_info: dict, settings: Settings, threads: int, ma
         "profile": settings.profile,
         "malloc": malloc,
     }
+    caps = isa.in_force()
+    if caps:  # the run measured kernels held below the CPU's own (make test-isa)
+        machine_info["opbench"]["isa_caps"] = caps
     if roofline is not None:
         machine_info["opbench"]["roofline"] = roofline.derived(settings.devices, settings.dtypes)

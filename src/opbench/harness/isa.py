@@ -1,0 +1,91 @@
+"""Instruction-set caps: run every library's AVX2 kernels on a host with AVX-512, so that one
+machine checks the code paths of the common AVX2-only CI runner as well as its own.
+
+Each library that picks kernels by the CPU has its own switch, read when it loads:
+
+- oneDNN 3 (TensorFlow, PyTorch): ONEDNN_MAX_CPU_ISA; MXNet 1.9.1's oneDNN 2 reads
+  DNNL_MAX_CPU_ISA (its MKLDNN_ spelling is ignored: measured, it kept AVX2 when asked for AVX);
+- ATen's vectorised kernels and torch.compile's C++ kernels (inductor): ATEN_CPU_CAPABILITY;
+- MKL (PyTorch's BLAS): MKL_ENABLE_INSTRUCTIONS;
+- OpenBLAS (NumPy, the reference): OPENBLAS_CORETYPE;
+- XLA (JAX, TensorFlow's jit_compile): the --xla_cpu_max_isa flag in XLA_FLAGS.
+
+`environment` adds them to an environment; `python -m opbench.harness.isa avx2 CMD...` runs a
+command under them. Whether each cap took effect is read from the library itself
+(tests/harness/test_isa_caps.py: oneDNN's verbose ISA line and kernel names, ATen's capability,
+OpenBLAS's core type, the FMA instructions in XLA's object code); MKL's verbose line names no
+instruction set on AMD CPUs, so there its cap is set but not shown. `in_force` reads the caps a
+process runs under, for the fingerprint of a saved run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+
+# The value each library's switch takes for an instruction set.
+CAPS: dict[str, dict[str, str]] = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell", "xla": "AVX2"},
+    # below every FMA host: what the tests use to show a cap takes effect on any x86 machine
+    "avx": {"ONEDNN_MAX_CPU_ISA": "AVX", "DNNL_MAX_CPU_ISA": "AVX", "ATEN_CPU_CAPABILITY": "default",
+            "MKL_ENABLE_INSTRUCTIONS": "AVX", "OPENBLAS_CORETYPE": "Sandybridge", "xla": "AVX"},
+}
+XLA_FLAG = "--xla_cpu_max_isa"
+VARIABLES = tuple(k for k in CAPS["avx2"] if k != "xla")
+
+
+def environment(isa: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) with every library capped at `isa`; an XLA
+    flag already in XLA_FLAGS is replaced, the others kept."""
+    if isa not in CAPS:
+        raise ValueError(f"unknown instruction set {isa!r}; valid: {', '.join(CAPS)}")
+    env = dict(os.environ if base is None else base)
+    caps = CAPS[isa]
+    env.update({k: v for k, v in caps.items() if k != "xla"})
+    flags = [f for f in shlex.split(env.get("XLA_FLAGS", "")) if not f.startswith(XLA_FLAG)]
+    env["XLA_FLAGS"] = " ".join([*flags, f"{XLA_FLAG}={caps['xla']}"])
+    return env
+
+
+def in_force(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caps set in `env` (default: this process's), by variable: empty on an uncapped run."""
+    env = os.environ if env is None else env
+    found = {k: env[k] for k in VARIABLES if env.get(k)}
+    xla = [f.split("=", 1)[1] for f in shlex.split(env.get("XLA_FLAGS", "")) if f.startswith(f"{XLA_FLAG}=")]
+    if xla:
+        found["XLA_FLAGS"] = f"{XLA_FLAG}={xla[-1]}"
+    return found
+
+
+def host_has_avx512(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has AVX-512 (without it, the avx2 caps change nothing)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return False
+    return any(line.startswith("flags") and "avx512f" in line.split() for line in cpuinfo.splitlines())
+
+
+def main(argv: list[str]) -> int:
+    """`python -m opbench.harness.isa ISA CMD...`: run CMD with every library capped at ISA."""
+    if len(argv) < 2 or argv[0] not in CAPS:
+        print(f"usage: python -m opbench.harness.isa {{{','.join(CAPS)}}} COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    env = environment(argv[0])
+    caps = " ".join(f"{k}={v}" for k, v in in_force(env).items())
+    note = "" if host_has_avx512() else " (this CPU has no AVX-512: its own kernels are already these)"
+    print(f"ISA capped at {argv[0].upper()}{note}: {caps}", flush=True)
+    try:
+        os.execvpe(argv[1], argv[1:], env)
+    except OSError as exc:
+        print(f"cannot run {argv[1]}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

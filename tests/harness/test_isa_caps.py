@@ -1,0 +1,95 @@
+"""The instruction-set caps take effect, read from each library itself (tests/isa_probe.py in a
+subprocess): capped below this CPU at AVX, which every FMA host exceeds, no library runs a kernel
+of a newer set, so the switches work on whatever host runs this; capped at AVX2 on an AVX-512
+host (make test-isa), none runs an AVX-512 kernel. MKL's verbose line names no instruction set on
+AMD CPUs, so its cap is set but not shown here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opbench import frameworks
+from opbench.harness import isa
+
+ROOT = Path(__file__).resolve().parents[2]
+NEWER = {"avx": ("avx2", "avx512", "amx"), "avx2": ("avx512", "amx", "avx2_vnni")}
+# What each library reports under a cap, by its own names.
+ONEDNN = {"avx": "Intel AVX", "avx2": "Intel AVX2"}
+ATEN = {"avx": ("DEFAULT", "INVALID_VEC_ISA"), "avx2": ("AVX2", "avx2")}
+OPENBLAS = {"avx": "Sandybridge", "avx2": "Haswell"}
+LIBRARIES = ("torch", "mxnet", "tensorflow", "jax", "numpy")
+
+
+def _flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return set()
+    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+
+
+def _probe(library: str, cap: str) -> tuple[dict, str]:
+    if library != "numpy":
+        try:
+            frameworks.load(library)
+        except frameworks.Unavailable as exc:
+            pytest.skip(str(exc))
+    if library in ("jax", "tensorflow") and not shutil.which("objdump"):
+        pytest.skip("objdump (binutils) is needed to read XLA's object code")
+    env = isa.environment(cap, {**os.environ, "ONEDNN_VERBOSE": "1", "DNNL_VERBOSE": "1",
+                                "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])})
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "isa_probe.py"), library], env=env, cwd=ROOT,
+                          check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr + done.stdout
+
+
+def _check(library: str, cap: str) -> None:
+    seen, log = _probe(library, cap)
+    kernels = re.findall(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,[^,]*,([^,]*),", log, re.M)
+    newer = [k for k in kernels if any(n in k.lower() for n in NEWER[cap])]
+    assert not newer, f"{library} under the {cap} cap ran {sorted(set(newer))}"
+    if library in ("torch", "mxnet", "tensorflow"):
+        said = set(re.findall(r"^(?:onednn|dnnl)_verbose,(?:v1,)?info,cpu,isa:(.+?)\s*$", log, re.M))
+        assert said == {ONEDNN[cap]}, f"{library}'s oneDNN says {said or 'nothing'}, not {ONEDNN[cap]}"
+    if library in ("torch", "mxnet"):
+        assert kernels, f"{library} ran no oneDNN kernel to read"
+    if library == "torch":
+        assert (seen["aten"], seen["inductor"]) == ATEN[cap]
+    if library == "numpy":
+        assert seen["openblas"] and set(seen["openblas"]) == {OPENBLAS[cap]}
+    if library in ("jax", "tensorflow"):
+        xla = seen["xla"]
+        assert xla["objects"] and not xla["zmm"], xla
+        if cap == "avx":
+            assert xla["fma"] == 0, f"XLA in {library} emitted {xla['fma']} FMA instructions under the AVX cap"
+
+
+@pytest.mark.skipif(not {"avx", "fma"} <= _flags(), reason="needs an x86 CPU with FMA, newer than the AVX cap")
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_cap_below_this_cpu_takes_effect(library):
+    _check(library, "avx")
+
+
+@pytest.mark.skipif("avx512f" not in _flags(), reason="this CPU has no AVX-512: its own kernels are the AVX2 ones")
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_the_avx2_caps_take_effect_on_an_avx512_host(library):
+    _check(library, "avx2")
+
+
+def test_the_caps_environment_and_what_a_run_records():
+    env = isa.environment("avx2", {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_force_host_platform_device_count=2"})
+    assert env["ONEDNN_MAX_CPU_ISA"] == env["DNNL_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2 --xla_cpu_max_isa=AVX2"
+    assert isa.in_force(env)["XLA_FLAGS"] == "--xla_cpu_max_isa=AVX2" and isa.in_force({}) == {}
+    assert isa.host_has_avx512("flags\t: fpu avx2 avx512f\n") and not isa.host_has_avx512("flags\t: fpu avx2 fma\n")
+    with pytest.raises(ValueError, match="unknown instruction set"):
+        isa.environment("sse9")
