@@ -28,6 +28,19 @@ model\t\t: 49
 model name\t: AMD EPYC 7B12
 flags\t\t: fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi2
 """
+# Zen 3 (the common hosted CI runner's CPU) and an Intel AVX2 part: 8 float32 lanes, 2 FMA pipes per core
+EPYC_ZEN3 = """vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse sse2 ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c avx2 bmi1 bmi2 vaes vpclmulqdq
+"""
+XEON_HASWELL = """vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 63
+model name\t: Intel(R) Xeon(R) CPU E5-2680 v3 @ 2.50GHz
+flags\t\t: fpu sse sse2 ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand avx2 bmi1 bmi2
+"""
 EPYC_ZEN4 = """vendor_id\t: AuthenticAMD
 cpu family\t: 25
 model\t\t: 17
@@ -60,6 +73,11 @@ def facts(text: str, cores: int = 2, arch: str = "x86_64", max_khz: str | None =
     # cores x lanes x 2 FMA units x 2 x 3.5 GHz
     (EPYC_AVX2, "float32", 2 * 8 * 2 * 2 * 3.5),
     (EPYC_AVX2, "bfloat16", 2 * 8 * 2 * 2 * 3.5),  # no native bf16: the fp32 rate
+    (EPYC_ZEN3, "float32", 2 * 8 * 2 * 2 * 3.5),  # 256-bit AVX2: 8 lanes, 2 FMA pipes
+    (EPYC_ZEN3, "bfloat16", 2 * 8 * 2 * 2 * 3.5),  # no avx512_bf16: through float32
+    (EPYC_ZEN3, "float16", 2 * 8 * 2 * 2 * 3.5),  # f16c converts, the FMA is float32's
+    (XEON_HASWELL, "float32", 2 * 8 * 2 * 2 * 3.5),
+    (XEON_HASWELL, "bfloat16", 2 * 8 * 2 * 2 * 3.5),
     (EPYC_ZEN4, "float32", 2 * 8 * 2 * 2 * 3.5),  # AVX-512 on 256-bit units
     (EPYC_ZEN4, "bfloat16", 2 * 16 * 2 * 2 * 3.5),  # avx512_bf16 pairs
     (EPYC_ZEN4, "float16", 2 * 8 * 2 * 2 * 3.5),
@@ -214,3 +232,11 @@ def test_a_timed_gpu_call_is_held_to_its_own_device():
 def test_this_host_has_a_ceiling():
     ceiling = Roofline(None, 1.5, 1).ceiling("cpu", "float32")
     assert ceiling.gflops > 0 and "FLOPs" in ceiling.derivation
+
+
+@pytest.mark.parametrize("text", [EPYC_ZEN3, XEON_HASWELL])
+def test_an_avx2_only_cpu_is_derived_from_its_own_vector_width(text):
+    """No AVX-512 flag: 256-bit vectors, 8 float32 lanes, 2 FMA units per core, and the
+    derivation says so (the ceiling of the common CI runner, not of the hosts opbench grew on)."""
+    derivation = cpu_ceiling(facts(text), "float32").derivation
+    assert "8 float32 lanes x 2 FMA units" in derivation and "256-bit fp32 FMA" in derivation
