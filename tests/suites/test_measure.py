@@ -209,3 +209,26 @@ def test_what_measure_writes_is_what_the_results_read():
             case.name, kind, case.direction, case.device, case.dtype, case.label)
     with pytest.raises(ValueError, match="identity"):
         schema.identity("op", "gemm", direction="forward")  # a key left out is an error, not a gap
+
+
+@pytest.mark.parametrize("raised, outcome", [
+    (prepare.CorrectnessError("numpy eager mlp: the result is as close as float32 computes"),
+     prepare.CorrectnessError),
+    (RuntimeError("no bfloat16 kernel registered"), pytest.skip.Exception),
+])
+def test_a_failed_check_in_mixed_precision_fails_and_only_an_unrunnable_case_skips(monkeypatch, raised, outcome):
+    """An amp case whose check fails (a float32 step labelled amp) is a failure, as in float32; an
+    error that says the framework cannot run the precision here stays a skip with its reason."""
+    import opbench.suites.measure as measure_module
+
+    def failing(case, backend, settings):
+        raise raised
+
+    monkeypatch.setattr(measure_module, "_prepare", failing)
+    case = Case.model("mlp", "training", "numpy", 8, precision="amp")
+    try:
+        measure_module.setup(case, NumpyBackend(), State(Settings(threads=(2,))))
+    except BaseException as exc:  # a skip is an outcome here, caught so that it cannot pass the test by skipping it
+        assert isinstance(exc, outcome), f"{type(exc).__name__}: {exc}"
+    else:
+        pytest.fail("setup returned without its check")

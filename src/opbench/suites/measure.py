@@ -230,8 +230,8 @@ def setup(case, backend, state: Session) -> Ready:
     """Everything before timing, shared by the pytest plugin and the paired gate's workers: pin
     threads, build, run once (first-call latency), verify against NumPy, then let the session's
     study aids (only ever registered by opbench.testing) wrap the verified call. Raises
-    CorrectnessError on a wrong result; pytest outcomes for data errors and for 16-bit cases a
-    framework cannot run."""
+    CorrectnessError on a wrong result, in every precision; pytest outcomes for data errors and for
+    16-bit cases a framework cannot run (an error that is not a check's)."""
     import pytest
 
     from opbench.harness import openmp
@@ -244,6 +244,8 @@ def setup(case, backend, state: Session) -> Ready:
         result, first_s = first_call(prepared.call)
     except DataError as exc:
         pytest.fail(f"--data-dir: {exc}", pytrace=False)
+    except AssertionError:
+        raise  # a check that failed (CorrectnessError, Implausible, ...) fails in every precision, never skips
     except Exception as exc:
         if case.dtype == "float32":
             raise
