@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/pytest
 BENCH_ARGS ?=
+# The models' float32 emulations, kept between make's pytest processes (src/opbench/suites/models/reference_store.py):
+# a new clone starts with none, its first process makes them and the next ones read them.
+export OPBENCH_REFERENCE_CACHE ?= $(CURDIR)/.cache/references
 # `make test` leaves JAX's VGG models and its eager training benchmarks to `make bench` (eager JAX
 # compiles every primitive on first use: about 3.5 minutes here; tests/frameworks/test_models.py still checks
 # eager training of mlp, lenet and lstm), and checks the distributed benchmarks on the MLP at 2 workers
@@ -150,4 +153,4 @@ lint: venv
 	$(BIN)/ruff check src tests benchmarks studies conftest.py
 
 clean:
-	rm -rf $(VENV) $(NUMPY1) .pytest_cache .hypothesis docs/_build
+	rm -rf $(VENV) $(NUMPY1) .pytest_cache .hypothesis docs/_build .cache

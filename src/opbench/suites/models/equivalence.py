@@ -22,6 +22,7 @@ import numpy as np
 from opbench.core.case import Case
 from opbench.frameworks.base import Backend
 from opbench.suites import target
+from opbench.suites.models import reference_store
 from opbench.suites.ops.prepare import CorrectnessError, Prepared, synchronised
 from opbench.workloads.models import catalogue, datasets, precision, reference
 from opbench.workloads.models.spec import (
@@ -156,10 +157,16 @@ def _run_in(dtype: str, model: ModelSpec, params: dict, x: np.ndarray, y: np.nda
     return reference.loss_and_grads(model, params, x, y, unbiased_var, lowp)
 
 
-# The emulations keep a few floats per tensor, so every one made in a process is kept: each costs DRAWS
-# passes of the reference (a minute for the LSTM on a 2-core host), and a run that visits the models
-# framework by framework would otherwise make them again.
-@functools.cache
+def _spec(args: tuple) -> tuple:
+    """What an emulation reads besides its arguments: the model's spec and the number of draws."""
+    return repr(catalogue.get(args[0])), DRAWS
+
+
+# The emulations keep a few floats per tensor, so every one made is kept (reference_store: for the
+# process, and between processes where make asks): each costs DRAWS passes of the reference (a minute
+# for the LSTM on a 2-core host), and a run that visits the models framework by framework, or the next
+# pytest process of make test, would otherwise make them again.
+@reference_store.kept(_spec)
 def emulated_errors(
     name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool, dtype: str
 ) -> Emulation:
@@ -193,7 +200,7 @@ def emulated_errors(
     return Emulation(tuple(updates), tuple(totals), tuple(losses))
 
 
-@functools.cache
+@reference_store.kept(_spec)
 def emulated_logits(name: str, batch: int, data_dir: str, dtype: str) -> Emulation:
     """The reference's inference logits computed in `dtype`, against float64's."""
     model = catalogue.get(name)
@@ -329,19 +336,39 @@ def optimizer_update(model: ModelSpec, params: dict, grads: dict, state: dict, o
                            "checked, so it is not timed")
 
 
+def _timed_update(name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool,
+                  eps_corrected: bool) -> tuple:
+    """The first timed step's pieces: the model, its optimizer's update as emulated_step() takes
+    it, and the float64 gradients and running statistics of batch 0 from the initial weights."""
+    model = catalogue.get(name)
+    initial, opt = initial_weights(model), model.optimizer
+    _, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
+    update = lambda g, st: optimizer_update(model, initial, g[0], st, opt, lstm_biases, eps_corrected)[0]
+    return model, update, grads, state
+
+
+@reference_store.kept(_spec)
+def timed_step_errors(
+    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
+) -> dict:
+    """Each tensor's update error in the first timed step when its pass runs in `dtype` and the
+    weights are stored as the framework stores them (its conditioning, measured as
+    emulated_errors() measures the gate's steps)."""
+    model, update, grads, state = _timed_update(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected)
+    return emulated_step(model, update, [datasets.batch(model, batch, data_dir)], [grads], state, unbiased_var,
+                         dtype)[1]
+
+
 @functools.lru_cache(maxsize=8)
 def reference_timed_step(
     name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
 ) -> tuple[dict, dict]:
     """The parameters (with running statistics) after the first timed step, the model's own
     optimizer on batch 0 from the initial weights, in float64; and each tensor's update error
-    when the same step's pass runs in `dtype` and the weights are stored as the framework stores
-    them (its conditioning, measured as emulated_errors() measures the gate's steps)."""
-    model = catalogue.get(name)
-    initial, opt = initial_weights(model), model.optimizer
-    _, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
-    update = lambda g, st: optimizer_update(model, initial, g[0], st, opt, lstm_biases, eps_corrected)[0]
-    return emulated_step(model, update, [datasets.batch(model, batch, data_dir)], [grads], state, unbiased_var, dtype)
+    in `dtype` (timed_step_errors)."""
+    _, update, grads, state = _timed_update(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected)
+    errors = timed_step_errors(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected, dtype)
+    return update([grads], state), errors
 
 
 def emulated_step(model: ModelSpec, update, batches: list, grads: list[dict], state: dict, unbiased_var: bool,
