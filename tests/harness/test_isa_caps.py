@@ -18,6 +18,7 @@ import pytest
 
 from opbench import frameworks
 from opbench.harness import isa
+from opbench.harness.roofline import read_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 NEWER = {"avx": ("avx2", "avx512", "amx"), "avx2": ("avx512", "amx", "avx2_vnni")}
@@ -26,14 +27,6 @@ ONEDNN = {"avx": "Intel AVX", "avx2": "Intel AVX2"}
 ATEN = {"avx": ("DEFAULT", "INVALID_VEC_ISA"), "avx2": ("AVX2", "avx2")}
 OPENBLAS = {"avx": "Sandybridge", "avx2": "Haswell"}
 LIBRARIES = ("torch", "mxnet", "tensorflow", "jax", "numpy")
-
-
-def _flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return set()
-    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
 
 
 def _probe(library: str, cap: str) -> tuple[dict, str]:
@@ -73,13 +66,13 @@ def _check(library: str, cap: str) -> None:
             assert xla["fma"] == 0, f"XLA in {library} emitted {xla['fma']} FMA instructions under the AVX cap"
 
 
-@pytest.mark.skipif(not {"avx", "fma"} <= _flags(), reason="needs an x86 CPU with FMA, newer than the AVX cap")
+@pytest.mark.skipif(not {"avx", "fma"} <= read_cpu().flags, reason="needs an x86 CPU with FMA, newer than the AVX cap")
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_cap_below_this_cpu_takes_effect(library):
     _check(library, "avx")
 
 
-@pytest.mark.skipif("avx512f" not in _flags(), reason="this CPU has no AVX-512: its own kernels are the AVX2 ones")
+@pytest.mark.skipif(not isa.host_has_avx512(), reason="this CPU has no AVX-512: its own kernels are the AVX2 ones")
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_the_avx2_caps_take_effect_on_an_avx512_host(library):
     _check(library, "avx2")

@@ -25,6 +25,8 @@ import shlex
 import sys
 from collections.abc import Mapping
 
+from opbench.harness.roofline import read_cpu
+
 # The value each library's switch takes for an instruction set.
 CAPS: dict[str, dict[str, str]] = {
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
@@ -61,14 +63,8 @@ def in_force(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def host_has_avx512(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU has AVX-512 (without it, the avx2 caps change nothing)."""
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return False
-    return any(line.startswith("flags") and "avx512f" in line.split() for line in cpuinfo.splitlines())
+    """Whether the CPU (or a recorded /proc/cpuinfo) has AVX-512: without it, the avx2 caps change nothing."""
+    return "avx512f" in read_cpu(cpuinfo).flags
 
 
 def main(argv: list[str]) -> int:

@@ -307,12 +307,12 @@ def check_update(
         if name not in after:
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the model has no parameter {name}")
         got = np.asarray(after[name], dtype=np.float64) - np.asarray(before[name], dtype=np.float64)
-        err = _relative(got, ref_after - want_before[name], ref_after)
+        want = ref_after - want_before[name]
+        err = _relative(got, want, ref_after)
         limit = update_limit(name, (emulated_error or {}).get(name))
         if not err <= limit:
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in {step} differs from NumPy's by {err:.3g} of its norm")
-        want = ref_after - want_before[name]
         if limit >= DIRECTION_AT and not float(np.sum(got * want)) > 0:
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in {step} does not point NumPy's way ({err:.3g} of its norm off, where "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench.core.files import replace_atomic
+from opbench.harness.roofline import read_cpu
 
 VARIABLE = "OPBENCH_REFERENCE_CACHE"
 _ROOT = Path(__file__).resolve().parents[2]  # src/opbench
@@ -46,19 +47,11 @@ def _blas() -> str:
     return "; ".join(parts)
 
 
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            return next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return ""
-
-
 @functools.cache
 def arithmetic() -> str:
     """A digest of everything besides the arguments that decides an emulation's rounding here."""
     digest = hashlib.sha256()
-    for part in (sys.version, platform.machine(), _blas(), _cpu_flags()):
+    for part in (sys.version, platform.machine(), _blas(), " ".join(sorted(read_cpu().flags))):
         digest.update(part.encode())
     for name in _SOURCES:
         path = _ROOT / name
@@ -78,14 +71,11 @@ def kept(context: Callable[[tuple], Any]) -> Callable[[Callable[..., Any]], Call
 def _kept(fn: Callable[..., Any], context: Callable[[tuple], Any]) -> Callable[..., Any]:
     memo = functools.cache(fn)
 
-    @functools.wraps(fn)
-    def wrapper(*args):
-        folder = os.environ.get(VARIABLE)
-        if not folder or args[2]:
-            return memo(*args)
+    @functools.cache
+    def stored(folder: str, *args):
+        """`fn(*args)` read from `folder`, or made and written there; once per process."""
         what = (fn.__module__, fn.__qualname__, args, context(args), arithmetic())
-        key = hashlib.sha256(repr(what).encode()).hexdigest()
-        path = Path(folder) / f"{fn.__name__}-{key[:40]}.pickle"
+        path = Path(folder) / f"{fn.__name__}-{hashlib.sha256(repr(what).encode()).hexdigest()[:40]}.pickle"
         try:
             return pickle.loads(path.read_bytes())
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError, TypeError):
@@ -97,5 +87,14 @@ def _kept(fn: Callable[..., Any], context: Callable[[tuple], Any]) -> Callable[.
             pass  # a folder that cannot be written costs the next process the computation, nothing more
         return value
 
-    wrapper.cache_clear = memo.cache_clear  # type: ignore[attr-defined]
+    @functools.wraps(fn)
+    def wrapper(*args):
+        folder = os.environ.get(VARIABLE)
+        return stored(folder, *args) if folder and not args[2] else memo(*args)
+
+    def cache_clear() -> None:
+        memo.cache_clear()
+        stored.cache_clear()
+
+    wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]
     return wrapper
