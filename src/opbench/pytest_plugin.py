@@ -125,15 +125,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def _check_json_target(config: pytest.Config) -> None:
     """--benchmark-json is written at the very end: refuse a folder or an unwritable place now,
     before anything is measured, rather than lose the whole run then."""
-    from pathlib import Path
+    from opbench.core.files import NotWritable, option_path, writable_file
 
-    from opbench.core.files import NotWritable, writable_file
-
-    target = getattr(config.option, "benchmark_json", None)
-    if not target:
+    target = option_path(getattr(config.option, "benchmark_json", None))
+    if target is None:
         return
     try:
-        writable_file(Path(target), "--benchmark-json", create_folder=False)
+        writable_file(target, "--benchmark-json", create_folder=False)
     except NotWritable as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -28,6 +28,14 @@ def writable_folder(path: Path, option: str, create: bool = True) -> None:
         raise NotWritable(f"{option} {path}: cannot write there ({exc.strerror or exc})") from None
 
 
+def option_path(value) -> Path | None:
+    """The path an output option names. pytest-benchmark before 5 opens --benchmark-json itself
+    (argparse.FileType), so the option may hold an open file rather than its name."""
+    if not value:
+        return None
+    return Path(value if isinstance(value, str | os.PathLike) else value.name)
+
+
 def writable_file(path: Path, option: str, create_folder: bool = True) -> None:
     """Check that a file can be written at `path`: not a folder, its folder writable (made when
     `create_folder`), the file itself writable if it exists."""

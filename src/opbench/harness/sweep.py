@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from opbench.core.files import write_json_atomic
+from opbench.core.files import option_path, write_json_atomic
 
 CHILD = "OPBENCH_SWEEP_CHILD"
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
@@ -115,8 +115,8 @@ def run(args: list[str], counts: tuple[int, ...], option) -> int:
     if interrupted:
         merged["machine_info"]["opbench"].setdefault("run", {})["status"] = "interrupted"
     targets = []
-    if getattr(option, "benchmark_json", None):
-        targets.append(Path(option.benchmark_json))
+    if json_target := option_path(getattr(option, "benchmark_json", None)):
+        targets.append(json_target)
     save = getattr(option, "benchmark_save", None) or (
         "sweep-t" + "-".join(map(str, sorted(results))) if getattr(option, "benchmark_autosave", False) else None
     )
