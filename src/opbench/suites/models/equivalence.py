@@ -312,7 +312,8 @@ def check_update(
         limit = update_limit(name, (emulated_error or {}).get(name))
         if not err <= limit:
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
-                                   f"in {step} differs from NumPy's by {err:.3g} of its norm")
+                                   f"in {step} differs from NumPy's by {err:.3g} of its norm, where {case.dtype} "
+                                   f"allows {limit:.3g}")
         if limit >= DIRECTION_AT and not float(np.sum(got * want)) > 0:
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in {step} does not point NumPy's way ({err:.3g} of its norm off, where "
