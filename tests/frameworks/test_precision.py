@@ -134,3 +134,15 @@ def test_jax_float16_gradients_land_where_the_emulation_puts_them(monkeypatch):
     for k in exact:
         # plus one float16 rounding: JAX sums a bias's gradient in float16 as well (2.b: 1.4 roundings)
         assert rel(got[k], k) <= 2 * rel(emulated[k], k) + precision.UNIT_ROUNDOFF["float16"], k
+
+
+def test_no_low_precision_allowance_is_below_one_rounding_of_the_update():
+    """Every gradient of a low-precision step is stored in its type: the emulated error of each
+    tensor's update is at least one rounding, however the one emulated draw happened to fall
+    (LeNet's ten output biases land at 0.26 of a bfloat16 rounding without the floor)."""
+    from opbench.suites.models.equivalence import SGD_STEPS, emulated_errors
+
+    emulation = emulated_errors("lenet", 32, "", SGD_STEPS, 1, False, "bfloat16")
+    u = precision.UNIT_ROUNDOFF["bfloat16"]
+    assert all(err >= u for step in emulation.updates for err in step.values())
+    assert any(err > u for step in emulation.updates for err in step.values())
