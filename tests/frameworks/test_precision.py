@@ -146,3 +146,6 @@ def test_no_low_precision_allowance_is_below_one_rounding_of_the_update():
     u = precision.UNIT_ROUNDOFF["bfloat16"]
     assert all(err >= u for step in emulation.updates for err in step.values())
     assert any(err > u for step in emulation.updates for err in step.values())
+    # running statistics are no gradients and keep their own emulated error (ResNet-20's moved ones)
+    stats = emulated_errors("resnet20", 8, "", SGD_STEPS, 1, False, "bfloat16").updates[0]
+    assert any(err < u for k, err in stats.items() if k.endswith((".mean", ".var")))

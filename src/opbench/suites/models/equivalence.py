@@ -180,15 +180,17 @@ def emulated_errors(
     model = catalogue.get(name)
     want_losses, trajectory = reference_sgd(name, batch, data_dir, steps, lstm_biases, unbiased_var)
     lr = gate_lr(name, batch, data_dir, unbiased_var)
-    master = np.float64 if precision.rounder(dtype) else np.float32  # the weights' own type (emulated amp's: exact)
-    # A low-precision step stores every gradient in its type, so one rounding of the update is the
-    # least error a correct step has; the one emulated rounding of a small tensor can land far below
-    # it by chance (LeNet's ten output biases, bfloat16: 0.26 of a rounding in the emulation, 3.0 in
-    # TensorFlow's step on an AVX2 host). Low precision is emulated once, float32 DRAWS times.
-    floor = float(precision.UNIT_ROUNDOFF[dtype]) if precision.rounder(dtype) else 0.0
+    low = precision.rounder(dtype) is not None
+    master = np.float64 if low else np.float32  # the weights' own type (emulated amp's: exact)
+    # A low-precision step stores every gradient in its type, so one rounding of a trained tensor's
+    # update is the least error a correct step has; the one emulated rounding of a small tensor can
+    # land far below it by chance (LeNet's ten output biases, bfloat16: 0.26 of a rounding in the
+    # emulation, 3.0 in TensorFlow's step on an AVX2 host). Running statistics are no gradients: kept
+    # in float32, they have no such floor. Low precision is emulated once, float32 DRAWS times.
+    floor = float(precision.UNIT_ROUNDOFF[dtype]) if low else 0.0
     updates, totals, losses = [{} for _ in range(steps)], [0.0] * steps, [0.0] * steps
     batches = [datasets.batch(model, batch, data_dir, i) for i in range(steps)]
-    for draw in range(DRAWS if precision.rounder(dtype) is None else 1):
+    for draw in range(1 if low else DRAWS):
         params = trajectory[0]
         for i, (xi, yi) in enumerate(batches):
             loss, grads, state = _run_in(dtype, model, params, xi.astype(np.float64), yi, unbiased_var, draw)
@@ -198,7 +200,7 @@ def emulated_errors(
             before, after = trajectory[i], trajectory[i + 1]
             for k in after:
                 err = _relative(got[k] - params[k], after[k] - before[k], after[k])
-                updates[i][k] = max(updates[i].get(k, 0.0), err, floor)
+                updates[i][k] = max(updates[i].get(k, 0.0), err, 0.0 if is_state(k) else floor)
             totals[i] = max(totals[i], total_error(params, got, before, after))
             losses[i] = max(losses[i], abs(float(loss) - want_losses[i]) / max(1.0, abs(want_losses[i])))
             params = got
