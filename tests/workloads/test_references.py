@@ -54,6 +54,26 @@ def test_conv2d_matches_direct_loops(p, seed):
     np.testing.assert_allclose(conv.conv2d(p, x, w), direct_conv2d(p, x, w), rtol=1e-10, atol=1e-10)
 
 
+@given(p=ops.get("conv2d").small(), seed=st.integers(0, 2**16), dtype=st.sampled_from([np.float32, np.float64]))
+def test_conv2d_keeps_the_rounding_of_its_tensordot_form(p, seed, dtype):
+    """The im2col rows are built in one copy, but the GEMMs and the order the input gradient is
+    added back are those of the tensordot formulation: the same bits, so the models' float32
+    emulations (and every allowance derived from them) are unchanged."""
+    x, w = (a.astype(dtype) for a in ops.get("conv2d").make(np.random.default_rng(seed), p))
+    k, s, pad = p["k"], p["stride"], p["pad"]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho, wo = conv.out_size(x.shape[2], k, s, pad), conv.out_size(x.shape[3], k, s, pad)
+    cols = conv.windows(xp, k, s, ho, wo)
+    want = np.tensordot(cols, w, axes=([1, 2, 3], [1, 2, 3])).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(conv.conv2d(p, x, w), want)
+    ct = np.random.default_rng(seed + 1).standard_normal(want.shape).astype(dtype)
+    dcols = np.tensordot(ct, w, axes=([1], [0])).transpose(0, 3, 4, 5, 1, 2)
+    dx = conv.scatter_windows(dcols, xp.shape, k, s)[:, :, pad : pad + x.shape[2], pad : pad + x.shape[3]]
+    got_dx, got_dw = conv.conv2d_vjp(p, (x, w), ct)
+    np.testing.assert_array_equal(got_dx, dx)
+    np.testing.assert_array_equal(got_dw, np.tensordot(ct, cols, axes=([0, 2, 3], [0, 4, 5])))
+
+
 @pytest.mark.parametrize("name, reduce", [("maxpool2d", np.max), ("avgpool2d", np.mean)])
 @given(data=st.data())
 def test_pooling_matches_direct_loops(name, reduce, data):

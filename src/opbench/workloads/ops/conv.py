@@ -39,22 +39,41 @@ def _pad(x, pad):
     return np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
 
 
+def columns(xp: np.ndarray, k: int, stride: int, ho: int, wo: int) -> np.ndarray:
+    """(N*Ho*Wo, C*k*k): each k x k window of the padded input as one row (im2col), laid out as
+    np.tensordot lays out `windows` for its GEMM: the same operands, so the same bits. Where
+    tensordot copies (more than one image, window element and window position) the rows are built
+    in that one copy; where it passes a view of `windows`, that view, whose strides BLAS reads in
+    another order."""
+    n, c = xp.shape[:2]
+    if n == 1 or c * k * k == 1 or ho * wo == 1:
+        return windows(xp, k, stride, ho, wo).transpose(0, 4, 5, 1, 2, 3).reshape(n * ho * wo, c * k * k)
+    view = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.ascontiguousarray(view.transpose(0, 2, 3, 1, 4, 5)).reshape(n * ho * wo, c * k * k)
+
+
 def conv2d(p, x, w):
     k, s, pad = p["k"], p["stride"], p["pad"]
+    n, o = x.shape[0], w.shape[0]
     ho, wo = out_size(x.shape[2], k, s, pad), out_size(x.shape[3], k, s, pad)
-    cols = windows(_pad(x, pad), k, s, ho, wo)
-    return np.tensordot(cols, w, axes=([1, 2, 3], [1, 2, 3])).transpose(0, 3, 1, 2)
+    cols = columns(_pad(x, pad), k, s, ho, wo)
+    return np.dot(cols, w.reshape(o, -1).T).reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
 
 
 def conv2d_vjp(p, arrays, ct):
     x, w = arrays
     k, s, pad = p["k"], p["stride"], p["pad"]
+    n, o = x.shape[0], w.shape[0]
     xp = _pad(x, pad)
     ho, wo = ct.shape[2:]
-    cols = windows(xp, k, s, ho, wo)
-    dw = np.tensordot(ct, cols, axes=([0, 2, 3], [0, 4, 5]))
-    dcols = np.tensordot(ct, w, axes=([1], [0])).transpose(0, 3, 4, 5, 1, 2)
-    dxp = scatter_windows(dcols, xp.shape, k, s)
+    dw = np.dot(ct.transpose(1, 0, 2, 3).reshape(o, -1), columns(xp, k, s, ho, wo)).reshape(w.shape)
+    dcols = np.dot(ct.transpose(0, 2, 3, 1).reshape(-1, o), w.reshape(o, -1)).reshape(n, ho, wo, *w.shape[1:])
+    # each window offset's slab contiguous, then added back in the order scatter_windows adds them
+    by_offset = np.ascontiguousarray(dcols.transpose(4, 5, 0, 3, 1, 2))
+    dxp = np.zeros(xp.shape, dtype=by_offset.dtype)
+    for i in range(k):
+        for j in range(k):
+            dxp[:, :, i : i + s * ho : s, j : j + s * wo : s] += by_offset[i, j]
     h, wd = x.shape[2:]
     return dxp[:, :, pad : pad + h, pad : pad + wd], dw
 
