@@ -18,7 +18,13 @@ export OPBENCH_REFERENCE_CACHE ?= $(CURDIR)/.cache/references
 # float64 reference per framework) to `make bench`, and gates one epoch of the convergence runs in each
 # framework's plain mode and JAX's jit (eager JAX compiles every primitive, the other modes are compiled
 # variants of the same run) leaving the rest to `make bench-convergence`; `make test-full` checks everything.
-QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp)) and not resnet50"
+# VGG-16 is VGG-10 with a fifth block of the same layers: `make test` gates VGG-10 and leaves VGG-16 (3.5
+# minutes on a 2-core AVX2 host) to `make bench`.
+QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp)) \
+  and not resnet50 and not vgg16"
+# Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs
+# (tests/conftest.py says which): `make test-full` runs them.
+UNIT_QUICK ?= -m "not full"
 # (a marker expression: -k would also match the unit tests whose names say convergence)
 CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
 # Mixed precision in `make test`: MLP, LeNet and ResNet-20 in each framework's plain mode (and JAX's
@@ -66,7 +72,7 @@ $(NUMPY1_STAMP): pyproject.toml constraints-numpy1.txt
 NUMPY1_TESTS ?= tests
 test-numpy1: $(NUMPY1_STAMP) browser netns-tools
 	$(NUMPY1)/bin/python -c "import numpy, jax; print('NumPy 1.26 line: numpy', numpy.__version__, 'jax', jax.__version__)"
-	$(NUMPY1)/bin/pytest $(NUMPY1_TESTS) -q -p no:cacheprovider $(QUICK)
+	$(NUMPY1)/bin/pytest $(NUMPY1_TESTS) -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK)
 	$(NUMPY1)/bin/pytest benchmarks --benchmark-disable -q -p no:cacheprovider $(QUICK) $(CONVERGENCE_QUICK)
 
 # Debian's chromium, for the HTML report's test in a real headless browser
@@ -87,7 +93,7 @@ netns-tools:
 
 test: venv browser netns-tools
 	$(BIN)/ruff check src tests benchmarks studies conftest.py
-	$(PYTEST) tests -q $(QUICK)
+	$(PYTEST) tests -q $(QUICK) $(UNIT_QUICK)
 	$(PYTEST) benchmarks --benchmark-disable -q $(QUICK) $(CONVERGENCE_QUICK)
 	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK)
 	$(MAKE) roofline-smoke
@@ -100,7 +106,7 @@ test: venv browser netns-tools
 ISA_RUN := $(BIN)/python -m opbench.harness.isa avx2
 test-isa: venv
 	@if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
-	  $(ISA_RUN) $(PYTEST) tests/harness/test_isa_caps.py tests/frameworks/test_models.py -q -p no:cacheprovider $(QUICK) && \
+	  $(ISA_RUN) $(PYTEST) tests/harness/test_isa_caps.py tests/frameworks/test_models.py -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK) && \
 	  $(ISA_RUN) $(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider $(QUICK) $(CONVERGENCE_QUICK) && \
 	  $(ISA_RUN) $(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK); \
 	else echo "make test-isa: this CPU has no AVX-512, so its own kernels are the AVX2 ones: make test ran them"; fi
@@ -110,7 +116,7 @@ roofline-smoke: venv
 	  --benchmark-max-time=0.05 --benchmark-warmup-iterations=2 --benchmark-columns=min,median,rounds
 
 test-full:
-	$(MAKE) test QUICK= CONVERGENCE_QUICK= AMP_QUICK="--precision amp"
+	$(MAKE) test QUICK= UNIT_QUICK= CONVERGENCE_QUICK= AMP_QUICK="--precision amp"
 
 bench: venv
 	$(PYTEST) benchmarks/ops benchmarks/e2e --precision float32,amp --benchmark-autosave --benchmark-max-time=0.5 \

@@ -1,1 +1,7 @@
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "full: a slow test's second variant, whose first variant make test runs: make test leaves it "
+        "out (-m 'not full'), make test-full runs it")

@@ -156,7 +156,11 @@ def model_case(framework: str, name: str, direction: str, mode: str = "eager", b
     return Case.model(name, direction, framework, batch, mode=mode)
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+# The quick benchmarks' training gate, run alone: make test's quick benchmarks gate every framework's
+# eager training but JAX's (eager JAX compiles every primitive), so make test keeps JAX's here and
+# leaves the other frameworks' copies to make test-full.
+@pytest.mark.parametrize("framework", [pytest.param(f, marks=() if f == "jax" else pytest.mark.full)
+                                       for f in FRAMEWORKS])
 @pytest.mark.parametrize("name", list(catalogue.MODELS))
 def test_equivalence_with_numpy(framework, name):
     """First loss equals NumPy's; two SGD steps give NumPy's losses and parameters (at the quick
