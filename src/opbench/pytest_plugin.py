@@ -19,7 +19,7 @@ from opbench.frameworks.base import Backend, NotCompiled, Unavailable
 from opbench.harness import config as cfg
 from opbench.harness.config import ConfigError, Settings
 from opbench.harness.session import Session
-from opbench.suites.distributed.cases import dist_cases
+from opbench.suites.distributed.cases import DistCase, dist_cases
 from opbench.suites.distributed.engines import ENGINES
 from opbench.suites.distributed.group import DistributedError
 from opbench.suites.distributed.link import LinkError
@@ -57,6 +57,7 @@ class State(Session):
     run: RunStatus = field(default_factory=RunStatus)
     active: bool = False  # opbench benchmarks were collected in this session
     frameworks_used: tuple[str, ...] = ()  # the frameworks of the collected benchmarks: the only ones imported
+    selected: int | None = None  # test items left after collection and deselection
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -283,14 +284,25 @@ FIXTURES = ("op_case", "model_case", "convergence_case", "dist_case")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Benchmarks of frameworks that share one OpenMP runtime run one framework after another, the
-    one that slows the others most last (opbench.harness.openmp); every other order is kept."""
+    """A benchmark the options leave no case for (a creation operator under --mode xla: creation
+    runs eager only) is not generated: pytest's placeholder item for an empty parametrisation
+    carries no case and no marker, and is dropped here. Benchmarks of frameworks that share one
+    OpenMP runtime run one framework after another, the one that slows the others most last
+    (opbench.harness.openmp); every other order is kept."""
     from opbench.harness import openmp
+
+    items[:] = [item for item in items if not _without_case(item)]
 
     def framework(item: pytest.Item) -> str | None:
         return next((f for f in openmp.ORDER if item.get_closest_marker(f)), None)
 
     items.sort(key=lambda item: openmp.run_order(framework(item)))
+
+
+def _without_case(item: pytest.Item) -> bool:
+    """An opbench benchmark whose parametrisation was empty: its fixture's value is no case."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(f in params and not isinstance(params[f], (Case, DistCase)) for f in FIXTURES)
 
 
 def case_of(item: pytest.Item):
@@ -342,6 +354,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     and measures nothing, so the plugin costs nothing where it is not used. A selection the user
     chose that nothing here can run is a usage error, before anything starts."""
     state = session.config.stash.get(STATE, None)
+    if state is not None:
+        state.selected = len(session.items)
     cases = [c for c in map(case_of, session.items) if c is not None]
     if state is None or not cases:
         return
@@ -399,6 +413,13 @@ def framework_line(name: str, settings: Settings, threads: int) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """opbench's summary of the run; when the selection left nothing, why (exit status pytest's)."""
+    state = config.stash.get(STATE, None)
+    if state is not None and state.selected == 0:
+        from opbench.harness.selection import why_nothing
+
+        for line in why_nothing(state.settings, config.getoption("markexpr", "")):
+            terminalreporter.write_line(f"opbench: {line}")
     bs = getattr(config, "_benchmarksession", None)
     if bs is None or bs.disabled or not bs.benchmarks:
         return

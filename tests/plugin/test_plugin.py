@@ -208,6 +208,32 @@ def test_compare_with_storage_outside_the_working_directory(suite, tmp_path_fact
                                  "  opbench.frameworks.numpy.version: 0.9.9 -> *"])
 
 
+@pytest.mark.parametrize("args", [["--mode", "compile", "-m", "not relu"], ["--mode", "eager,compile"]])
+def test_a_benchmark_without_a_case_in_the_chosen_modes_is_not_generated(suite, args):
+    """Creation operators run eager only: under --mode compile they have no case. That was an empty
+    parametrisation, a NOTSET item without markers, and an INTERNALERROR when the plugin read it.
+    (In a subprocess: the selection imports torch, and an in-process run would import it again.)"""
+    suite.makepyfile(test_creation="from opbench.suites.ops.generate import operator_benchmarks\n"
+                                   "globals().update(operator_benchmarks('creation'))\n")
+    result = suite.runpytest_subprocess("--framework", "numpy,torch", *args, "--collect-only", "-q")
+    text = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in text and "NOTSET" not in text, text
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert ids and all("-compile-" in i or "-eager-" in i for i in ids), text
+    assert any("test_creation.py" in i for i in ids) == ("eager" in args[1])
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--framework", "torch", "--mode", "jit"], "opbench: torch has no mode 'jit'; its modes: eager, compile"),
+    (["--framework", "numpy", "-m", "gpu"], "opbench: no gpu cases: devices are chosen with --device (now: cpu)"),
+])
+def test_a_selection_that_leaves_nothing_says_why(suite, args, line):
+    result = suite.runpytest(*args, "--benchmark-disable")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines([line])
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
 def test_inference_runs_at_batch_1_beside_the_models_batch_and_training_at_its_batch_only():
     from opbench.harness.config import Settings
     from opbench.pytest_plugin import model_cases
