@@ -58,6 +58,7 @@ class State(Session):
     active: bool = False  # opbench benchmarks were collected in this session
     frameworks_used: tuple[str, ...] = ()  # the frameworks of the collected benchmarks: the only ones imported
     selected: int | None = None  # test items left after collection and deselection
+    warmup_by_opbench: bool = False  # opbench turned pytest-benchmark's warm-up on (its header says off)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -148,8 +149,9 @@ def _warmup_on_by_default(config: pytest.Config) -> None:
     args = [*config.invocation_params.args, *config.getini("addopts"), *env]
     given = any(a.startswith("--benchmark-warmup") and not a.startswith("--benchmark-warmup-") for a in args)
     bs = getattr(config, "_benchmarksession", None)
-    if not given and bs is not None:
+    if not given and bs is not None and not bs.options["warmup"]:
         bs.options["warmup"] = True
+        config.stash[STATE].warmup_by_opbench = True
 
 
 def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
@@ -381,6 +383,8 @@ def header(config: pytest.Config, state: State) -> list[str]:
         f"precisions={','.join(s.precisions)} "
         f"threads={state.threads} modes={','.join(s.modes)} malloc={state.malloc.split()[0]} "
         f"warmup={'on' if bs is not None and bs.options['warmup'] else 'off'}"
+        + (" (opbench's default, after pytest-benchmark's line above; --benchmark-warmup=off to refuse it)"
+           if state.warmup_by_opbench else "")
         + (f" breakdown={s.breakdown}" if s.breakdown != "off" else "")
     ]
     for name in state.frameworks_used:
