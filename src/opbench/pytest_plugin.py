@@ -8,6 +8,7 @@ framework, device, mode, operator, family and direction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,7 @@ class State(Session):
     frameworks_used: tuple[str, ...] = ()  # the frameworks of the collected benchmarks: the only ones imported
     selected: int | None = None  # test items left after collection and deselection
     warmup_by_opbench: bool = False  # opbench turned pytest-benchmark's warm-up on (its header says off)
+    baseline_note: str | None = None  # which saved run --benchmark-compare took, where opbench chose it
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -121,6 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_json_target(config)
     state = State(settings, malloc=allocator.apply(settings.malloc))
     config.stash[STATE] = state
+    state.baseline_note = _complete_baseline(config)
     config.pluginmanager.register(state.run, "opbench-run-status")
 
 
@@ -136,6 +139,54 @@ def _check_json_target(config: pytest.Config) -> None:
         writable_file(target, "--benchmark-json", create_folder=False)
     except NotWritable as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _complete_baseline(config: pytest.Config) -> str | None:
+    """An interrupted run is never a baseline. --benchmark-compare without an id takes the latest
+    complete run of this machine's storage folder (pytest-benchmark would take the latest, whatever
+    it holds) and the returned line says which, where that is not the latest; an id or file that
+    names an interrupted run is a usage error. Runs before pytest-benchmark reads the option."""
+    from pytest_benchmark.utils import get_machine_id
+
+    from opbench.results.store import ResultsError, load_run, storage_folder
+
+    compare = getattr(config.option, "benchmark_compare", None)
+    if not compare:
+        return None
+    try:
+        folder = storage_folder(getattr(config.option, "benchmark_storage", None) or ".benchmarks") / get_machine_id()
+    except ResultsError:
+        return None  # another kind of store: pytest-benchmark's own choice
+
+    def interrupted(path) -> bool:
+        try:
+            return load_run(path).interrupted
+        except ResultsError:
+            return False  # pytest-benchmark reports what it cannot read
+
+    if compare is not True:  # the runs it names: a file, or an id (pytest-benchmark compares with each match)
+        named = Path(str(compare))
+        runs = [named] if named.is_file() else (
+            sorted(folder.glob(f"{str(compare).rstrip('*')}*.json")) if folder.is_dir() and "/" not in str(compare)
+            else [])
+        bad = [p.stem for p in runs if interrupted(p)]
+        if bad:
+            raise pytest.UsageError(f"--benchmark-compare {compare}: {', '.join(bad)} was interrupted, its timings "
+                                    "are incomplete; compare with a complete run")
+        return None
+    runs = sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.json"), key=lambda p: p.name) if folder.is_dir() else []
+    passed_over = []
+    for path in reversed(runs):
+        if not interrupted(path):
+            break
+        passed_over.append(path.stem)
+    else:
+        return None  # none complete: pytest-benchmark's own choice, and opbench's summary refuses it
+    if not passed_over:
+        return None
+    config.option.benchmark_compare = str(path.resolve())
+    return (f"--benchmark-compare: against {path.stem}, the latest complete run ({', '.join(passed_over)} "
+            f"{'was' if len(passed_over) == 1 else 'were'} interrupted)")
 
 
 def _warmup_on_by_default(config: pytest.Config) -> None:
@@ -419,6 +470,8 @@ def framework_line(name: str, settings: Settings, threads: int) -> str:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """opbench's summary of the run; when the selection left nothing, why (exit status pytest's)."""
     state = config.stash.get(STATE, None)
+    if state is not None and state.baseline_note:
+        terminalreporter.write_line(f"opbench: {state.baseline_note}")
     if state is not None and state.selected == 0:
         from opbench.harness.selection import why_nothing
 

@@ -173,6 +173,25 @@ def test_compare_shows_side_by_side_and_verdicts(suite):
     assert second.ret == 0
 
 
+def test_an_interrupted_run_is_never_the_baseline(suite):
+    """After Ctrl-C the saved run is marked interrupted: --benchmark-compare takes the latest complete
+    run and says so; naming the interrupted one is a usage error, one line."""
+    args = ["--framework", "numpy", "-k", "relu", "--benchmark-max-time=0.01", "--benchmark-storage=store"]
+    suite.runpytest(*args, "--benchmark-autosave").assert_outcomes(passed=1)
+    (first,) = suite.path.glob("store/*/0001_*.json")
+    doc = json.loads(first.read_text())
+    doc["machine_info"]["opbench"]["run"]["status"] = "interrupted"
+    (first.parent / "0002_interrupted.json").write_text(json.dumps(doc))
+    again = suite.runpytest(*args, "--benchmark-compare")
+    assert again.ret == 0, again.stdout.str()
+    again.stdout.fnmatch_lines([f"opbench: --benchmark-compare: against {first.stem}, the latest complete run "
+                                "(0002_interrupted was interrupted)", f"opbench: against *{first.name}*"])
+    named = suite.runpytest(*args, "--benchmark-compare=0002")
+    assert named.ret == pytest.ExitCode.USAGE_ERROR
+    named.stderr.fnmatch_lines(["ERROR: --benchmark-compare 0002: 0002_interrupted was interrupted, its timings "
+                                "are incomplete; compare with a complete run"])
+
+
 def test_pytest_benchmarks_compare_crash_is_still_there_to_work_around(tmp_path, monkeypatch):
     """pytest-benchmark (issue 217) crashes when it warns about a different machine_info with its
     storage outside the working directory. If this test fails, pytest-benchmark fixed it and the
