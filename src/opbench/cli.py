@@ -70,6 +70,7 @@ def _compare_and_print(baseline, candidate, args) -> int:
     result = compare(baseline, candidate, default, rules, args.statistic, args.confidence / 100,
                      single_run=None if single is None else single / 100)
     result.fail_on_noisy = args.fail_on_noisy
+    result.fail_on_busy = getattr(args, "fail_on_busy", False)
     print(format_text(result, markdown=getattr(args, "markdown", False)))
     return 1 if result.failed else 0
 
@@ -253,6 +254,9 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--single-run-threshold", type=_non_negative, metavar="PERCENT",
                      help="with one run per side, call a ratio beyond +-PERCENT a regression or improvement "
                           "(blind to run-to-run noise; default: no verdict)")
+    cmp.add_argument("--fail-on-busy", action="store_true",
+                     help="a benchmark timed on a busy machine on either side fails the gate (exit 1): CI refuses "
+                          "to decide on busy data (default: its verdict is marked 'busy')")
     cmp.set_defaults(func=cmd_compare)
 
     up = _subcommand(

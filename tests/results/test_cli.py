@@ -326,6 +326,30 @@ def test_one_run_per_side_gives_no_verdict_and_exits_0(tmp_path):
     assert "blind to run-to-run noise" in out
 
 
+def test_busy_data_never_decides_unmarked(tmp_path):
+    """Two runs wholly timed on a busy machine (an A/A pair: the same code), compared with a single-run
+    threshold: every verdict says it rests on busy data, the summary counts them per side, and
+    --fail-on-busy refuses to decide (exit 1) even where the ratio alone says unchanged."""
+    load = {"busy": True, "cpus": 2, "team": 2, "other_cpus": 1.2}
+    base = write(tmp_path / "a.json", [bench("test_x", 1.0e-3, load=load), bench("test_y", 1.0e-3, load=load)])
+    cand = write(tmp_path / "b.json", [bench("test_x", 95e-3, load=load), bench("test_y", 1.01e-3)])
+    code, out, _ = run_cli("compare", str(base), "--", str(cand), "--single-run-threshold", "10")
+    assert code == 1 and re.search(r"test_x .*REGRESSION \(busy both\)", out), out
+    assert re.search(r"test_y .*unchanged \(busy baseline\)", out), out
+    assert "2 of 2 benchmarks rest on a result timed on a busy machine (2 on the baseline, 1 on the candidate)" in out
+    assert out.rstrip().endswith("2 on busy data"), out
+    verdicts = [line for line in out.splitlines() if line.startswith("test_")]
+    assert len(verdicts) == 2 and all("(busy " in line for line in verdicts), out
+    code, out, _ = run_cli("compare", str(base), "--", str(cand), "--single-run-threshold", "10", "--fail-on-busy")
+    assert code == 1 and "FAILED: --fail-on-busy" in out
+    quiet = write(tmp_path / "c.json", [bench("test_x", 1.0e-3), bench("test_y", 1.0e-3)])
+    code, out, _ = run_cli("compare", str(quiet), "--", str(cand), "--single-run-threshold", "10", "--fail-on-busy")
+    assert code == 1 and re.search(r"test_x .*REGRESSION \(busy candidate\)", out), out
+    calm = write(tmp_path / "d.json", [bench("test_x", 1.01e-3), bench("test_y", 0.99e-3)])
+    code, out, _ = run_cli("compare", str(quiet), "--", str(calm), "--single-run-threshold", "10", "--fail-on-busy")
+    assert code == 0 and "busy" not in out, out
+
+
 def test_the_same_run_on_both_sides_is_a_usage_error(tmp_path):
     run = write(tmp_path / "a.json", [bench("test_x", 1.0e-3)])
     copy = tmp_path / "copy.json"

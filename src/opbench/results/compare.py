@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from opbench.core import schema
 from opbench.results.stats import CONFIDENCE, NO_INTERVAL, Ratio, Rule, ratio_of_medians, single_run_verdict, verdict
 from opbench.results.store import ResultsError, Run
 from opbench.results.tables import fmt_time, table
@@ -60,6 +61,7 @@ class Row:
     baseline_median: float
     candidate_median: float
     samples: str = ""  # the paired gate's worker pairs x trials
+    busy: str = ""  # the side(s) with a result timed on a busy machine: "baseline", "candidate", "both"
 
 
 @dataclass
@@ -75,11 +77,13 @@ class Comparison:
     skipped: list[str] = field(default_factory=list)  # benchmarks neither side could run here
     fail_on_noisy: bool = False  # an undecided benchmark fails the gate too
     single_run: float | None = None  # the threshold gate asked for one run per side, if any
+    fail_on_busy: bool = False  # a benchmark timed on a busy machine on either side fails the gate
 
     @property
     def failed(self) -> bool:
         fails = ("regression", "noisy") if self.fail_on_noisy else ("regression",)
-        return bool(self.missing or self.broken) or any(r.verdict in fails for r in self.rows)
+        return (bool(self.missing or self.broken) or any(r.verdict in fails for r in self.rows)
+                or (self.fail_on_busy and any(r.busy for r in self.rows)))
 
     def count(self, what: str) -> int:
         return sum(1 for r in self.rows if r.verdict == what)
@@ -156,11 +160,18 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
         said = (single_run_verdict(ratio, single_run) if ratio.runs == (1, 1)
                 else verdict(ratio, rule_for(bench.name, rules, default)))
         rows.append(Row(full, bench.name, bench.group, ratio, said, sorted(base)[len(base) // 2],
-                        sorted(cand)[len(cand) // 2]))
+                        sorted(cand)[len(cand) // 2], busy=_busy_sides(full, baseline, candidate)))
     result = Comparison(rows, sorted(base_names - cand_names), sorted(cand_names - base_names),
                         environment_diff(baseline, candidate), statistic=statistic, confidence=confidence,
                         single_run=single_run)
     result.warnings += run_notes
+    busy = [r for r in rows if r.busy]
+    if busy:
+        sides = {side: sum(1 for r in busy if r.busy in (side, "both")) for side in ("baseline", "candidate")}
+        result.warnings.append(
+            f"WARNING: {len(busy)} of {len(rows)} benchmarks rest on a result timed on a busy machine "
+            f"({sides['baseline']} on the baseline, {sides['candidate']} on the candidate): their verdicts are "
+            "marked (busy ...) and say little; run them again alone, or --fail-on-busy refuses to decide on them")
     changed_machine = [k for k, _, _ in result.env if k in MACHINE_KEYS]
     if changed_machine:
         result.warnings.append(
@@ -189,6 +200,18 @@ def compare(baseline: list[Run], candidate: list[Run], default: Rule | None = No
     return result
 
 
+def _busy_sides(full: str, baseline: list[Run], candidate: list[Run]) -> str:
+    """Which side has a result of benchmark `full` that was timed on a busy machine."""
+    hit = [any(schema.busy(r.benchmarks[full].extra) for r in runs if full in r.benchmarks)
+           for runs in (baseline, candidate)]
+    return "both" if all(hit) else "baseline" if hit[0] else "candidate" if hit[1] else ""
+
+
+def _said(r: Row) -> str:
+    word = r.verdict.upper() if r.verdict == "regression" else r.verdict
+    return f"{word} (busy {r.busy})" if r.busy else word
+
+
 def _short(name: str, width: int = 70) -> str:
     return name if len(name) <= width else name[: width - 1] + "~"
 
@@ -210,7 +233,7 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
               f"{100 * c.confidence:g}% interval", "verdict")
     body = [
         (_short(r.name), fmt_time(r.baseline_median), fmt_time(r.candidate_median), f"{r.ratio.ratio:.3f}",
-         _interval(r.ratio), r.verdict.upper() if r.verdict == "regression" else r.verdict)
+         _interval(r.ratio), _said(r))
         for r in c.rows
     ]
     if any(r.samples for r in c.rows):
@@ -234,5 +257,8 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
     lines += ["", f"{c.count('regression')} regressions, {c.count('improvement')} improvements, "
               f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"
               + (f", {len(c.broken)} failed" if c.broken else "")
-              + (f", {c.count(NO_INTERVAL)} without a verdict (one run per side)" if c.count(NO_INTERVAL) else "")]
+              + (f", {c.count(NO_INTERVAL)} without a verdict (one run per side)" if c.count(NO_INTERVAL) else "")
+              + (f", {sum(1 for r in c.rows if r.busy)} on busy data" if any(r.busy for r in c.rows) else "")]
+    if c.fail_on_busy and any(r.busy for r in c.rows):
+        lines.append("FAILED: --fail-on-busy: the gate does not decide on results timed on a busy machine")
     return "\n".join(lines)
