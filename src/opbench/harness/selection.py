@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from opbench.harness.config import FRAMEWORK_MODES, Settings
+from opbench.harness.config import DEVICES, FRAMEWORK_MODES, FRAMEWORKS, MODES, Settings
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -35,13 +35,12 @@ def why_nothing(settings: Settings, markexpr: str = "") -> list[str]:
             asked = ", ".join(repr(m) for m in settings.modes)
             lines.append(f"{framework} has no mode {asked}; its modes: {', '.join(FRAMEWORK_MODES[framework])}")
     chosen_by = (
-        ("device", {"cpu", "gpu"}, settings.devices, "devices are chosen with --device"),
-        ("framework", set(FRAMEWORK_MODES), settings.frameworks, "frameworks are chosen with --framework"),
-        ("mode", {m for modes in FRAMEWORK_MODES.values() for m in modes}, settings.modes,
-         "modes are chosen with --mode"),
+        (DEVICES, settings.devices, "devices are chosen with --device"),
+        (FRAMEWORKS, settings.frameworks, "frameworks are chosen with --framework"),
+        (MODES, settings.modes, "modes are chosen with --mode"),
     )
     for name in dict.fromkeys(wanted):
-        for _, names, selected, how in chosen_by:
+        for names, selected, how in chosen_by:
             if name in names and name not in selected:
                 lines.append(f"no {name} cases: {how} (now: {_now(selected)})")
         if name == "amp" and "amp" not in settings.precisions:

@@ -68,12 +68,9 @@ def conv2d_vjp(p, arrays, ct):
     ho, wo = ct.shape[2:]
     dw = np.dot(ct.transpose(1, 0, 2, 3).reshape(o, -1), columns(xp, k, s, ho, wo)).reshape(w.shape)
     dcols = np.dot(ct.transpose(0, 2, 3, 1).reshape(-1, o), w.reshape(o, -1)).reshape(n, ho, wo, *w.shape[1:])
-    # each window offset's slab contiguous, then added back in the order scatter_windows adds them
+    # each window offset's slab made contiguous (k, k, N, C, Ho, Wo), then seen as scatter_windows reads it
     by_offset = np.ascontiguousarray(dcols.transpose(4, 5, 0, 3, 1, 2))
-    dxp = np.zeros(xp.shape, dtype=by_offset.dtype)
-    for i in range(k):
-        for j in range(k):
-            dxp[:, :, i : i + s * ho : s, j : j + s * wo : s] += by_offset[i, j]
+    dxp = scatter_windows(by_offset.transpose(2, 3, 0, 1, 4, 5), xp.shape, k, s)
     h, wd = x.shape[2:]
     return dxp[:, :, pad : pad + h, pad : pad + wd], dw
 
