@@ -69,7 +69,7 @@ def test_an_unreadable_file_is_made_again_and_an_unwritable_folder_costs_nothing
 def test_the_models_emulations_are_kept_with_their_spec_and_draws(store):
     """The real emulation of the MLP gate: read back equal, keyed by the spec and DRAWS."""
     first = equivalence.emulated_errors("mlp", 8, "", 1, 1, False, "float32")
-    equivalence.emulated_errors.cache_clear()
+    equivalence._emulated_errors_both.cache_clear()
     assert equivalence.emulated_errors("mlp", 8, "", 1, 1, False, "float32") == first
-    assert len(list(store.glob("emulated_errors-*.pickle"))) == 1
+    assert len(list(store.glob("_emulated_errors_both-*.pickle"))) == 1
     assert equivalence._spec(("mlp",))[1] == equivalence.DRAWS

@@ -80,13 +80,23 @@ def _reference_logits(name: str, batch: int, data_dir: str) -> np.ndarray:
     return reference.forward(model, initial_weights(model), x.astype(np.float64))
 
 
+# A framework's running-variance convention changes the running variances and nothing else (a training
+# pass normalises by the batch's own statistics), so every reference and emulation below runs once in
+# both conventions (reference.UNBIASED_VAR) and each framework reads its own from it: TensorFlow's and
+# PyTorch's gates of one batch-normalised model share one float64 trajectory and one float32 emulation
+# (ResNet-20 at batch 128: 90 s on a 2-core host), bit for bit what each convention's own would be.
 @functools.lru_cache(maxsize=4)
-def _first_pass(name: str, batch: int, data_dir: str, unbiased_var: bool) -> tuple[float, dict, dict]:
-    """NumPy's training pass on batch 0 from the initial weights: loss, gradients, running
-    statistics. gate_lr() and the first reference step share it."""
+def _first_pass_both(name: str, batch: int, data_dir: str) -> tuple[float, dict, dict]:
     model = catalogue.get(name)
     x, y = datasets.batch(model, batch, data_dir)
-    return reference.loss_and_grads(model, initial_weights(model), x.astype(np.float64), y, unbiased_var)
+    return reference.loss_and_grads(model, initial_weights(model), x.astype(np.float64), y, None)
+
+
+def _first_pass(name: str, batch: int, data_dir: str, unbiased_var: bool | None) -> tuple[float, dict, dict]:
+    """NumPy's training pass on batch 0 from the initial weights: loss, gradients, running
+    statistics (in one convention, or None: both). gate_lr() and the first reference step share it."""
+    loss, grads, state = _first_pass_both(name, batch, data_dir)
+    return loss, grads, reference.by_convention(state, unbiased_var)
 
 
 def gate_lr(name: str, batch: int, data_dir: str, unbiased_var: bool = False) -> float:
@@ -102,23 +112,28 @@ def gate_lr(name: str, batch: int, data_dir: str, unbiased_var: bool = False) ->
     return GATE_LR * min(1.0, MAX_DROP / drop)
 
 
-@functools.lru_cache(maxsize=4)
 def reference_sgd(
-    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool = False
+    name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool | None = False
 ) -> tuple[list, list]:
     """NumPy's losses over `steps` plain-SGD steps at gate_lr() from the initial weights, and the
     parameters (with the running statistics) before the first step and after each. The
     framework's conventions come with it: `lstm_biases` and `unbiased_var` (NativeModel's)."""
+    losses, trajectory = _reference_sgd_both(name, batch, data_dir, steps, lstm_biases)
+    return losses, [reference.by_convention(params, unbiased_var) for params in trajectory]
+
+
+@functools.lru_cache(maxsize=4)
+def _reference_sgd_both(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int) -> tuple[list, list]:
     model = catalogue.get(name)
-    params, losses, trajectory = initial_weights(model), [], []
+    params, losses, trajectory = reference.with_conventions(initial_weights(model)), [], []
     trajectory.append(params)
-    lr = gate_lr(name, batch, data_dir, unbiased_var)
+    lr = gate_lr(name, batch, data_dir)
     for i in range(steps):
         if i == 0:
-            loss, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
+            loss, grads, state = _first_pass_both(name, batch, data_dir)
         else:
             xi, yi = datasets.batch(model, batch, data_dir, i)
-            loss, grads, state = reference.loss_and_grads(model, params, xi.astype(np.float64), yi, unbiased_var)
+            loss, grads, state = reference.loss_and_grads(model, params, xi.astype(np.float64), yi, None)
         params = reference.sgd_update(model, params, grads, state, lr, lstm_biases)
         losses.append(loss)
         trajectory.append(params)
@@ -139,18 +154,22 @@ class Emulation:
     logits_rel: float = 0.0  # ||logits - float64's|| / ||float64's||
 
 
-def _run_in(dtype: str, model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray | None, unbiased_var: bool,
-            draw: int = 0):
+def _run_in(dtype: str, model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray | None,
+            unbiased_var: bool | None, draw: int = 0):
     """The reference's training pass (loss, grads, state), or with y None its inference logits,
     as computed in `dtype`: float32 arrays, or float64 rounded to a low precision. In float32, a
     `draw` past 0 first moves every weight and input by a random relative error within float32's
-    unit roundoff (seeded by the draw): another rounding of the same computation (DRAWS)."""
+    unit roundoff (seeded by the draw): another rounding of the same computation (DRAWS). A running
+    variance in both conventions moves by the same error under both names, as each convention's
+    own pass moves it."""
     lowp = precision.rounder(dtype)
     if lowp is None:
         if draw:
             rng, u = np.random.default_rng(draw), float(precision.UNIT_ROUNDOFF["float32"])
-            jitter = lambda a: a * (1 + u * rng.uniform(-1.0, 1.0, np.shape(a)))
-            params, x = {k: jitter(v) for k, v in params.items()}, jitter(x)
+            moves = {k: rng.uniform(-1.0, 1.0, np.shape(v)) for k, v in params.items()
+                     if reference.convention_of(k) == k}
+            params = {k: v * (1 + u * moves[reference.convention_of(k)]) for k, v in params.items()}
+            x = x * (1 + u * rng.uniform(-1.0, 1.0, np.shape(x)))
         params, x = {k: v.astype(np.float32) for k, v in params.items()}, x.astype(np.float32)
     if y is None:
         return reference.forward(model, params, x, lowp)
@@ -166,7 +185,6 @@ def _spec(args: tuple) -> tuple:
 # process, and between processes where make asks): each costs DRAWS passes of the reference (a minute
 # for the LSTM on a 2-core host), and a run that visits the models framework by framework, or the next
 # pytest process of make test, would otherwise make them again.
-@reference_store.kept(_spec)
 def emulated_errors(
     name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool, dtype: str
 ) -> Emulation:
@@ -177,9 +195,15 @@ def emulated_errors(
     its norm) or whose gradient passes a channel of near-zero batch variance is a few percent off
     in any float32 code; in bfloat16 a gradient that sums thousands of products with cancellation
     loses most of its 8 bits, and updates are 0.2% to 50% off."""
+    both = _emulated_errors_both(name, batch, data_dir, steps, lstm_biases, dtype)
+    return dataclasses.replace(both, updates=tuple(reference.by_convention(u, unbiased_var) for u in both.updates))
+
+
+@reference_store.kept(_spec)
+def _emulated_errors_both(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, dtype: str) -> Emulation:
     model = catalogue.get(name)
-    want_losses, trajectory = reference_sgd(name, batch, data_dir, steps, lstm_biases, unbiased_var)
-    lr = gate_lr(name, batch, data_dir, unbiased_var)
+    want_losses, trajectory = _reference_sgd_both(name, batch, data_dir, steps, lstm_biases)
+    lr = gate_lr(name, batch, data_dir)
     low = precision.rounder(dtype) is not None
     master = np.float64 if low else np.float32  # the weights' own type (emulated amp's: exact)
     # A low-precision step stores every gradient in its type, so one rounding of a trained tensor's
@@ -193,7 +217,7 @@ def emulated_errors(
     for draw in range(1 if low else DRAWS):
         params = trajectory[0]
         for i, (xi, yi) in enumerate(batches):
-            loss, grads, state = _run_in(dtype, model, params, xi.astype(np.float64), yi, unbiased_var, draw)
+            loss, grads, state = _run_in(dtype, model, params, xi.astype(np.float64), yi, None, draw)
             wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
             got = reference.sgd_update(model, params, wide(grads), wide(state), lr, lstm_biases)
             got = {k: v.astype(master).astype(np.float64) for k, v in got.items()}
@@ -344,7 +368,7 @@ def optimizer_update(model: ModelSpec, params: dict, grads: dict, state: dict, o
                            "checked, so it is not timed")
 
 
-def _timed_update(name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool,
+def _timed_update(name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool | None,
                   eps_corrected: bool) -> tuple:
     """The first timed step's pieces: the model, its optimizer's update as emulated_step() takes
     it, and the float64 gradients and running statistics of batch 0 from the initial weights."""
@@ -355,16 +379,21 @@ def _timed_update(name: str, batch: int, data_dir: str, lstm_biases: int, unbias
     return model, update, grads, state
 
 
-@reference_store.kept(_spec)
 def timed_step_errors(
     name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
 ) -> dict:
     """Each tensor's update error in the first timed step when its pass runs in `dtype` and the
     weights are stored as the framework stores them (its conditioning, measured as
     emulated_errors() measures the gate's steps)."""
-    model, update, grads, state = _timed_update(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected)
-    return emulated_step(model, update, [datasets.batch(model, batch, data_dir)], [grads], state, unbiased_var,
-                         dtype)[1]
+    both = _timed_step_errors_both(name, batch, data_dir, lstm_biases, eps_corrected, dtype)
+    return reference.by_convention(both, unbiased_var)
+
+
+@reference_store.kept(_spec)
+def _timed_step_errors_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool,
+                            dtype: str) -> dict:
+    model, update, grads, state = _timed_update(name, batch, data_dir, lstm_biases, None, eps_corrected)
+    return emulated_step(model, update, [datasets.batch(model, batch, data_dir)], [grads], state, None, dtype)[1]
 
 
 @functools.lru_cache(maxsize=8)
@@ -379,13 +408,16 @@ def reference_timed_step(
     return update([grads], state), errors
 
 
-def emulated_step(model: ModelSpec, update, batches: list, grads: list[dict], state: dict, unbiased_var: bool,
-                  dtype: str) -> tuple[dict, dict]:
+def emulated_step(model: ModelSpec, update, batches: list, grads: list[dict], state: dict,
+                  unbiased_var: bool | None, dtype: str) -> tuple[dict, dict]:
     """One optimizer step made from the gradients of one or more `batches` (each's float64 pass
-    from the initial weights in `grads`, the running statistics in `state`): `update(gradients,
-    state)` makes it. Returns the float64 step and each tensor's update error when the passes run
-    in `dtype` and the weights are stored as the framework stores them."""
+    from the initial weights in `grads`, the running statistics in `state`, in `unbiased_var`'s
+    convention or both): `update(gradients, state)` makes it. Returns the float64 step and each
+    tensor's update error when the passes run in `dtype` and the weights are stored as the
+    framework stores them."""
     initial, opt = initial_weights(model), model.optimizer
+    if unbiased_var is None:
+        initial = reference.with_conventions(initial)
     want = update(grads, state)
     wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
     low = precision.rounder(dtype) is not None

@@ -88,14 +88,57 @@ def _exact(a: np.ndarray) -> np.ndarray:
 Rounder = Callable[[np.ndarray], np.ndarray]
 
 
+# Both running-variance conventions in one pass (unbiased_var=None): the trained trajectory does not
+# depend on the convention, only the running variance does, so a pass keeps the biased estimate under
+# its own name and the unbiased one beside it under this suffix (a state name: is_state() holds).
+# by_convention() gives either convention's tensors from such a pass, as that convention's own pass
+# makes them, bit for bit.
+UNBIASED_VAR = ".unbiased.var"
+
+
+def with_conventions(params: dict) -> dict:
+    """`params` as a pass in both conventions starts from them: each running variance also under
+    its unbiased name, where the pass does not carry it yet (appended, so the order of the others
+    stays the order a single-convention pass sees)."""
+    extra = {_unbiased(k): v for k, v in params.items() if k.endswith(".var") and not k.endswith(UNBIASED_VAR)}
+    return {**params, **{k: v for k, v in extra.items() if k not in params}}
+
+
+def by_convention(tensors: dict, unbiased_var: bool | None) -> dict:
+    """Tensors made in both conventions, as one convention makes them (None: as they are)."""
+    if unbiased_var is None:
+        return tensors
+    one = {k: v for k, v in tensors.items() if not k.endswith(UNBIASED_VAR)}
+    if unbiased_var:
+        one.update({k[: -len(UNBIASED_VAR)] + ".var": v for k, v in tensors.items() if k.endswith(UNBIASED_VAR)})
+    return one
+
+
+def convention_of(name: str) -> str:
+    """The tensor of a single-convention pass that `name` stands for (itself, or the running
+    variance an unbiased name stands beside)."""
+    return name[: -len(UNBIASED_VAR)] + ".var" if name.endswith(UNBIASED_VAR) else name
+
+
+def _unbiased(var: str) -> str:
+    return var[: -len(".var")] + UNBIASED_VAR
+
+
+def _variances(path: str, unbiased_var: bool | None) -> tuple[tuple[str, bool], ...]:
+    """The running variances a training pass moves: (name, whether unbiased)."""
+    if unbiased_var is None:
+        return ((f"{path}.var", False), (_unbiased(f"{path}.var"), True))
+    return ((f"{path}.var", unbiased_var),)
+
+
 @dataclass
 class _Run:
-    """One pass: training or inference, the framework's running-variance convention, the
-    running statistics a training pass produces, and the rounding of what flows between layers
-    (exact, or to a low precision)."""
+    """One pass: training or inference, the framework's running-variance convention (None: both,
+    UNBIASED_VAR), the running statistics a training pass produces, and the rounding of what flows
+    between layers (exact, or to a low precision)."""
 
     training: bool
-    unbiased_var: bool = False
+    unbiased_var: bool | None = False
     state: dict = field(default_factory=dict)
     round: Rounder = _exact
 
@@ -123,10 +166,11 @@ def _batch_norm(layer: BatchNorm, path: str, params: dict, x: np.ndarray, run: _
     if run.training and not layer.frozen:
         mean, var = x.mean(axis=axes), x.var(axis=axes)
         n = x.size // x.shape[1]
-        unbiased = var * n / (n - 1) if run.unbiased_var else var
         m = layer.momentum
         run.state[f"{path}.mean"] = m * params[f"{path}.mean"] + (1 - m) * mean
-        run.state[f"{path}.var"] = m * params[f"{path}.var"] + (1 - m) * unbiased
+        for name, unbiased in _variances(path, run.unbiased_var):
+            moved = var * n / (n - 1) if unbiased else var
+            run.state[name] = m * params.get(name, params[f"{path}.var"]) + (1 - m) * moved
     else:
         mean, var = params[f"{path}.mean"], params[f"{path}.var"]
     inv = 1.0 / np.sqrt(var + layer.eps)
@@ -229,12 +273,13 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.nda
 
 
 def loss_and_grads(
-    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, unbiased_var: bool = False,
+    model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, unbiased_var: bool | None = False,
     lowp: Rounder | None = None,
 ) -> tuple[float, dict, dict]:
     """The loss of one batch in training mode, the gradient of every trained parameter, and the
     running statistics the pass leaves (`unbiased_var`: the framework moves the running variance
-    with the unbiased batch variance, as PyTorch does; `lowp`: mixed precision, emulated)."""
+    with the unbiased batch variance, as PyTorch does; None: both, UNBIASED_VAR; `lowp`: mixed
+    precision, emulated)."""
     run, tape = _Run(training=True, unbiased_var=unbiased_var), []
     used, x = _start(params, x, run, lowp)
     logits = _forward(model.layers, "", used, x, run, tape)
