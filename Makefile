@@ -9,6 +9,10 @@ BENCH_ARGS ?=
 # The models' float32 emulations, kept between make's pytest processes (src/opbench/suites/models/reference_store.py):
 # a new clone starts with none, its first process makes them and the next ones read them.
 export OPBENCH_REFERENCE_CACHE ?= $(CURDIR)/.cache/references
+# torch.compile's kernels (gcc builds each C++ kernel inductor writes: about 4 minutes of a new clone's
+# make test on a 2-core host), kept in the project beside them: make test and make bench share them and
+# the next run reads them; make clean removes them. Compiling is never timed (warm-up and the check run first).
+export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
 # `make test` leaves JAX's VGG models and its eager training benchmarks to `make bench` (eager JAX
 # compiles every primitive on first use: about 3.5 minutes here; tests/frameworks/test_models.py still checks
 # eager training of mlp, lenet and lstm), and checks the distributed benchmarks on the MLP at 2 workers
@@ -19,9 +23,11 @@ export OPBENCH_REFERENCE_CACHE ?= $(CURDIR)/.cache/references
 # framework's plain mode and JAX's jit (eager JAX compiles every primitive, the other modes are compiled
 # variants of the same run) leaving the rest to `make bench-convergence`; `make test-full` checks everything.
 # VGG-16 is VGG-10 with a fifth block of the same layers: `make test` gates VGG-10 and leaves VGG-16 (3.5
-# minutes on a 2-core AVX2 host) to `make bench`.
+# minutes on a 2-core AVX2 host) to `make bench`, with torch.compile's VGG-10 (a minute of gcc on a cold
+# cache; make test compiles its convolutions, ReLUs and dense layers in LeNet and ResNet-20 and its max
+# pooling in the operator suite).
 QUICK ?= -k "not (jax and (vgg or (eager and training))) and not (data_parallel and not (w2 and strong and mlp)) \
-  and not resnet50 and not vgg16"
+  and not resnet50 and not vgg16 and not (compile and vgg)"
 # Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs
 # (tests/conftest.py says which): `make test-full` runs them.
 UNIT_QUICK ?= -m "not full"

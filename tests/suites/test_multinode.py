@@ -180,7 +180,8 @@ def _one_line_failure(node: Node, code: int, expected: str) -> None:
 
 
 def test_a_node_that_never_starts_fails_the_other_with_one_line(two_hosts, tmp_path, frameworks_present):
-    alone = Node(0, two_hosts, tmp_path, "mlp and strong and ddp", FAULT_TIMEOUT)
+    # no peer can come, so the whole wait is the timeout: a short one costs no certainty
+    alone = Node(0, two_hosts, tmp_path, "mlp and strong and ddp", "--dist-timeout=10")
     _one_line_failure(alone, alone.wait(), "LinkError: node 1 did not join torch-cpu-ddp-sync-n2xw1-float32-mlp-b128")
 
 
