@@ -4,6 +4,7 @@ reported, and a timing faster than the machine can compute fails as implausible.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from opbench.harness.config import Settings
 from opbench.harness.roofline import check
 from opbench.pytest_plugin import Bound, State
 from opbench.suites.measure import (
+    CALIBRATION,
     Implausible,
     NoisyMeasurement,
     ThreadMismatch,
@@ -75,6 +77,51 @@ def test_thread_mismatch_fails_before_timing():
     with pytest.raises(ThreadMismatch, match="99 threads, not the 2"):
         measure(bench, bound(StuckThreads()))
     assert bench.calls == 0
+
+
+class ResizedOnBuild(NumpyBackend):
+    """Its build of the case resizes the team after the threads were observed (on the calibration
+    GEMM, CALIBRATION^3): 2 asked and observed, 1 timed."""
+
+    def forward(self, impl, p, native, mode, device):
+        if p["m"] != CALIBRATION:
+            self.set_threads(1)
+        return super().forward(impl, p, native, mode, device)
+
+
+class ResizedWhileTimed(NumpyBackend):
+    """The case's second call on resizes the team: its build and first call are right, the timed
+    rounds not."""
+
+    def forward(self, impl, p, native, mode, device):
+        run, calls = super().forward(impl, p, native, mode, device), []
+
+        def call():
+            calls.append(1)
+            if len(calls) > 1 and p["m"] != CALIBRATION:
+                self.set_threads(1)
+            return run()
+
+        return call
+
+
+@pytest.mark.parametrize(("backend", "when", "timed"), [
+    (ResizedOnBuild, "after its build and first call", 0),
+    (ResizedWhileTimed, "after its timed rounds", 1),
+])
+def test_threads_resized_after_they_were_observed_fail_the_case(backend, when, timed):
+    """The threads are read again after the build and after timing: a case timed on another count
+    than it records fails, before timing where it can be seen there."""
+    from opbench.suites.measure import threads_of
+
+    wanted = 2
+    if len(os.sched_getaffinity(0)) < wanted or threads_of(gemm_case(), NumpyBackend(), State(Settings(
+            threads=(wanted,))))[0] != wanted:
+        pytest.skip("NumPy's BLAS cannot be seen computing on 2 threads here")
+    bench = FakeBenchmark()
+    with pytest.raises(ThreadMismatch, match=f"{when} the framework runs 1 threads, not the 2"):
+        measure(bench, bound(backend()))
+    assert bench.calls == timed
 
 
 def test_pin_threads_returns_effective_count():
@@ -232,3 +279,25 @@ def test_a_failed_check_in_mixed_precision_fails_and_only_an_unrunnable_case_ski
         assert isinstance(exc, outcome), f"{type(exc).__name__}: {exc}"
     else:
         pytest.fail("setup returned without its check")
+
+
+@pytest.mark.parametrize(("seconds", "passes"), [(3.5e-7, False), (1.48e-3, True)])
+def test_a_model_call_faster_than_its_least_work_allows_fails(seconds, passes):
+    """A model's timed call meets the roofline with the products no correct call can skip
+    (workloads/models/cost.py): an inference that returns its first result again (timed at 0.35 us
+    in the audit of #54, against 1.48 ms for the correct model) fails; a real model's time passes."""
+    from opbench.suites import measure as measure_module
+    from opbench.workloads.models import catalogue
+    from opbench.workloads.models.cost import least_flops
+
+    case = Case.model("mlp", "inference", "numpy", 128)
+    least = least_flops(catalogue.get("mlp"), 128, "inference")
+    prepared = prepare.Prepared(case, NumpyBackend(), lambda: None, lambda result: 0.0, None, 0.0, "-",
+                                least_flops=least, ceiling_dtype="float32")
+    state, bench = State(Settings(threads=(2,))), FakeBenchmark(seconds=seconds)
+    if passes:
+        measure_module._time_and_check(bench, case, prepared, state)
+        assert bench.extra_info["gflops"] is None  # the floor judges; it is no figure to report
+    else:
+        with pytest.raises(Implausible, match="did not do it"):
+            measure_module._time_and_check(bench, case, prepared, state)

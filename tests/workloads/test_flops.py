@@ -68,3 +68,41 @@ def test_report_leaves_nominal_counts_out_of_percent_of_peak(tmp_path):
     cells = grid([load_run(path)]).cells
     peaks = {col.split("/")[0]: c.peak for (_, col), c in cells.items()}
     assert peaks == {"torch": 300.0, "numpy": None}
+
+
+def test_a_models_least_flops_are_its_products_by_hand():
+    from opbench.workloads.models import catalogue
+    from opbench.workloads.models.cost import least_flops
+
+    mlp = 2 * (784 * 128 + 128 * 64 + 64 * 10)
+    assert least_flops(catalogue.get("mlp"), 8, "inference") == 8 * mlp
+    assert least_flops(catalogue.get("mlp"), 8, "training") == 2 * 8 * mlp
+    # LeNet: two convolutions (their k x k windows divided out: Winograd's most) and three dense layers
+    lenet = 2 * (6 * 24 * 24 * 1 + 16 * 10 * 10 * 6 + 16 * 5 * 5 * 120 + 120 * 84 + 84 * 10)
+    assert least_flops(catalogue.get("lenet"), 1, "inference") == lenet
+    # the LSTM: 4 gates of 128 units over 250 steps of 50 features, the first step's zero state
+    # left out (torch's FlopCounterMode counts no fused aten::lstm, so this one is by hand)
+    lstm = 2 * (4 * 128 * (250 * 50 + 249 * 128) + 128 * 2)
+    assert least_flops(catalogue.get("lstm"), 1, "inference") == lstm
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet", "vgg10", "resnet20"])
+def test_no_correct_call_does_less_than_a_models_least_flops(name):
+    """torch's own count of what its model runs (FlopCounterMode: every product, convolutions at
+    their full window) is at least the floor, for inference and for a training step."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from opbench import frameworks
+    from opbench.workloads.models import catalogue, datasets
+    from opbench.workloads.models.cost import least_flops
+    from opbench.workloads.models.spec import init_params
+
+    model, batch = catalogue.get(name), 2
+    native = frameworks.load("torch").build(model, init_params(model), "cpu", "float32", "eager")
+    x, y = native.inputs(*datasets.synthetic(model, batch))
+    for direction, call in (("inference", native.infer(x)), ("training", native.train_step(x, y, model.optimizer))):
+        with FlopCounterMode(display=False) as counted:
+            call()
+        assert 0 < least_flops(model, batch, direction) <= counted.get_total_flops(), direction
+    del torch

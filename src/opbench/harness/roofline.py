@@ -256,7 +256,8 @@ def check(flops: float | None, seconds: float, ceiling: Ceiling | None, slack: f
         saved = f" x {gain:g} (the most a fast algorithm saves)" if gain > 1 else ""
         raise Implausible(
             f"{gflops:,.0f} GFLOP/s is above {slack:g} x the device's ceiling of {ceiling.gflops:,.0f} GFLOP/s"
-            f"{saved} [{ceiling.derivation}]: the timed call did not wait for its work (missing synchronisation?)"
+            f"{saved} [{ceiling.derivation}]: the timed call did not wait for its work (missing synchronisation?) "
+            "or did not do it (a result kept from an earlier call?)"
         )
     return gflops
 

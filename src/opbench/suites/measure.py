@@ -102,6 +102,19 @@ def observed_threads(backend: Backend, mode: str, wanted: int, state: Session) -
     return result
 
 
+def threads_held(case, backend: Backend, threads: int, when: str) -> None:
+    """The framework still says the threads it was pinned to and observed computing on: read again
+    after the build and first call and after the timed rounds, where a model's build or a step that
+    resizes the framework's team would otherwise be timed on one count and recorded on another.
+    This reads the framework's own count (the observation's GEMMs take seconds, once per process);
+    MXNet's operators keep the team MXNet started with, so its count cannot change."""
+    got = backend.threads()
+    if got != threads:
+        raise ThreadMismatch(f"{case.framework} {case.mode} {case.name}: {when} the framework runs {got} threads, not "
+                             f"the {threads} it was pinned to and observed on: what is timed would not be what is "
+                             "recorded")
+
+
 def first_call(call: Callable[[], Any]) -> tuple[Any, float]:
     """Run `call` once (this traces or compiles compiled modes) and return (result, seconds)."""
     start = time.perf_counter()
@@ -252,6 +265,7 @@ def setup(case, backend, state: Session) -> Ready:
         pytest.skip(f"{case.framework} cannot run {case.name} in {case.dtype} on the {case.device}: "
                     f"{one_line(exc, limit=200)}")
     max_err = prepared.verify(result)
+    threads_held(case, backend, threads, "after its build and first call")
     aids: dict[str, Any] = {}
     for wrap in state.wrappers:
         aids.update(wrap(prepared))
@@ -363,11 +377,12 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
         release()
     with PeakRSS() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
+    threads_held(case, prepared.backend, state.threads, "after its timed rounds")
     timing = timing_of(benchmark)
     if timing is None:
         return
-    state.roofline.check(prepared.flops, timing.min_s, case.device, case.dtype, prepared.backend,
-                         gain=prepared.algorithm_gain)
+    state.roofline.check(prepared.flops or prepared.least_flops, timing.min_s, case.device,
+                         prepared.ceiling_dtype or case.dtype, prepared.backend, gain=prepared.algorithm_gain)
     benchmark.extra_info.update(
         gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,
         gbps=prepared.bytes / timing.median_s / 1e9 if prepared.bytes else None,

@@ -24,7 +24,7 @@ from opbench.frameworks.base import Backend
 from opbench.suites import target
 from opbench.suites.models import reference_store
 from opbench.suites.ops.prepare import CorrectnessError, Prepared, synchronised
-from opbench.workloads.models import catalogue, datasets, precision, reference
+from opbench.workloads.models import catalogue, cost, datasets, precision, reference
 from opbench.workloads.models.spec import (
     LSTM,
     BatchNorm,
@@ -623,8 +623,10 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
             return err
 
     call = synchronised(run, backend, case.device)
+    extra["least_flops"] = cost.least_flops(model, batch, case.direction)
     prepared = Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
-                        peak_memory=native.peak_memory, shares=used)
+                        peak_memory=native.peak_memory, shares=used, least_flops=extra["least_flops"],
+                        ceiling_dtype=lowp)
     if case.direction == "training":
         prepared.after_timing = lambda: time_to_target(case, backend, native, params)
     return prepared

@@ -43,6 +43,10 @@ class Prepared:
     peak_memory: Callable[[], int | None] | None = None  # the framework allocator's peak (GPU)
     after_timing: Callable[[], dict[str, Any]] | None = None  # more metrics, measured after timing
     algorithm_gain: float = 1.0  # the most FLOPs a known fast algorithm saves against `flops`
+    # A model's call counts no FLOPs for its figures, but the least a correct call must do (workloads/models/
+    # cost.py) holds its timing to the device's ceiling in the type its products run in
+    least_flops: float = 0.0
+    ceiling_dtype: str = ""  # the type of the ceiling, where the case's own label is not one (amp)
     shares: list[float] = field(default_factory=list)  # each checked quantity's error / its allowance
 
     @property
