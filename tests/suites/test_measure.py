@@ -301,3 +301,25 @@ def test_a_model_call_faster_than_its_least_work_allows_fails(seconds, passes):
     else:
         with pytest.raises(Implausible, match="did not do it"):
             measure_module._time_and_check(bench, case, prepared, state)
+
+
+class WrongOnceWarm(NumpyBackend):
+    """Right on its first call, one off from the second on: a warm path (a cache, a recompiled
+    variant) that the first call's check cannot see."""
+
+    def forward(self, impl, p, native, mode, device):
+        run, calls = super().forward(impl, p, native, mode, device), []
+
+        def call():
+            calls.append(1)
+            out = run()
+            return out if len(calls) == 1 or p["m"] == CALIBRATION else out + 1.0
+
+        return call
+
+
+def test_a_call_after_the_timed_rounds_is_checked_as_the_first_was():
+    bench = FakeBenchmark()
+    with pytest.raises(prepare.CorrectnessError, match=r"after its timed rounds, .*differs from NumPy"):
+        measure(bench, bound(WrongOnceWarm()))
+    assert bench.calls == 1

@@ -24,7 +24,7 @@ from opbench.frameworks.base import Backend, Unavailable
 from opbench.harness.known_issues import KnownIssue, known_issue
 from opbench.harness.roofline import Implausible
 from opbench.harness.session import Session
-from opbench.suites.ops.prepare import require
+from opbench.suites.ops.prepare import CorrectnessError, require
 from opbench.workloads import ops
 
 __all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "identity", "measure",
@@ -378,6 +378,11 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
     with PeakRSS() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
     threads_held(case, prepared.backend, state.threads, "after its timed rounds")
+    if prepared.repeatable:  # a call after the timed rounds, checked as the first was (untimed)
+        try:
+            prepared.verify(prepared.call())
+        except CorrectnessError as exc:
+            raise CorrectnessError(f"after its timed rounds, {exc}") from None
     timing = timing_of(benchmark)
     if timing is None:
         return

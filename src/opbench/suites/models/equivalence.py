@@ -626,7 +626,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
     extra["least_flops"] = cost.least_flops(model, batch, case.direction)
     prepared = Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
                         peak_memory=native.peak_memory, shares=used, least_flops=extra["least_flops"],
-                        ceiling_dtype=lowp)
+                        ceiling_dtype=lowp, repeatable=case.direction == "inference")
     if case.direction == "training":
         prepared.after_timing = lambda: time_to_target(case, backend, native, params)
     return prepared

@@ -47,6 +47,10 @@ class Prepared:
     # cost.py) holds its timing to the device's ceiling in the type its products run in
     least_flops: float = 0.0
     ceiling_dtype: str = ""  # the type of the ceiling, where the case's own label is not one (amp)
+    # Every call gives the same result (an operator's on its fixed inputs, a model's inference; not a
+    # training step, which moves the weights, nor a random draw): measure checks a call after the timed
+    # rounds as it checked the first, so a call that goes wrong once warm is not reported
+    repeatable: bool = False
     shares: list[float] = field(default_factory=list)  # each checked quantity's error / its allowance
 
     @property
@@ -238,7 +242,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
     if computed:  # what the framework's compiled program says its products ran in (a 16-bit label may be float32)
         extra["computed_in"] = computed
     return Prepared(case, backend, call, verify, flops, nbytes, layout, extra=extra, algorithm_gain=gain,
-                    shares=shares)
+                    shares=shares, repeatable=spec.check is None)
 
 
 def verified(case: Case, backend: Backend) -> tuple[Prepared, float]:
