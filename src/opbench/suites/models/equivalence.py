@@ -99,15 +99,15 @@ def _first_pass(name: str, batch: int, data_dir: str, unbiased_var: bool | None)
     return loss, grads, reference.by_convention(state, unbiased_var)
 
 
-def gate_lr(name: str, batch: int, data_dir: str, unbiased_var: bool = False) -> float:
+def gate_lr(name: str, batch: int, data_dir: str) -> float:
     """The gate's learning rate: GATE_LR, or less where the first step's first-order loss decrease
     (lr * |gradient|^2) would pass MAX_DROP of the loss. Past that the step leaves the region
     where the loss is close to linear (ResNet-50 at 0.1 predicts 15 times its loss), the second
     step's gradient amplifies the first step's float32 rounding, and two float32 runs of correct
     code part: the step's conditioning, not the code, would decide the gate. The study's models
-    up to ResNet-20 stay at GATE_LR. (`unbiased_var` changes only the running statistics, not
-    the rate: it selects the shared first pass.)"""
-    loss, grads, _ = _first_pass(name, batch, data_dir, unbiased_var)
+    up to ResNet-20 stay at GATE_LR. (The running-variance convention changes only the running
+    statistics, never the rate.)"""
+    loss, grads, _ = _first_pass_both(name, batch, data_dir)
     drop = GATE_LR * sum(float(np.sum(g * g)) for g in grads.values()) / loss
     return GATE_LR * min(1.0, MAX_DROP / drop)
 
@@ -492,7 +492,7 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str, used: l
     want_losses, trajectory = reference_sgd(*key)
     lowp = precision.compute_dtype(case.dtype, case.device)
     allowed = emulated_errors(*key, lowp)
-    sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir, key[-1]))
+    sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir))
     before, worst = native.get_params(), 0.0
     what = f"{case.framework} {case.mode} {case.name}"
     for i, want in enumerate(want_losses):

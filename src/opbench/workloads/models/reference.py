@@ -100,8 +100,8 @@ def with_conventions(params: dict) -> dict:
     """`params` as a pass in both conventions starts from them: each running variance also under
     its unbiased name, where the pass does not carry it yet (appended, so the order of the others
     stays the order a single-convention pass sees)."""
-    extra = {_unbiased(k): v for k, v in params.items() if k.endswith(".var") and not k.endswith(UNBIASED_VAR)}
-    return {**params, **{k: v for k, v in extra.items() if k not in params}}
+    return {**params, **{_unbiased(k): v for k, v in params.items()
+                         if k.endswith(".var") and convention_of(k) == k and _unbiased(k) not in params}}
 
 
 def by_convention(tensors: dict, unbiased_var: bool | None) -> dict:
@@ -110,7 +110,7 @@ def by_convention(tensors: dict, unbiased_var: bool | None) -> dict:
         return tensors
     one = {k: v for k, v in tensors.items() if not k.endswith(UNBIASED_VAR)}
     if unbiased_var:
-        one.update({k[: -len(UNBIASED_VAR)] + ".var": v for k, v in tensors.items() if k.endswith(UNBIASED_VAR)})
+        one.update({convention_of(k): v for k, v in tensors.items() if k.endswith(UNBIASED_VAR)})
     return one
 
 
