@@ -51,6 +51,6 @@ def test_edge_regimes_match_numpy(name, framework, mode, direction, seed):
     issue = known_issue(case, backend.version())
     if issue is None:
         assert prepared.verify(result) >= 0
-    else:
-        with pytest.raises(prepare.CorrectnessError):
+    else:  # an entry with a regime is met only by a deviation inside it, within its bound
+        with pytest.raises(prepare.KnownDeviation if issue.regime else prepare.CorrectnessError):
             prepared.verify(result)

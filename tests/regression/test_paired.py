@@ -20,6 +20,7 @@ from opbench.core.processes import WorkerDied, WorkerHung, WorkerProcess
 from opbench.regression import decisions
 from opbench.regression import intervals as ps
 from opbench.regression.coordinator import PairedGate, Plan, Record, Side
+from opbench.results.compare import format_text
 from opbench.results.stats import Rule, verdict
 from opbench.results.store import load_run
 
@@ -191,7 +192,8 @@ class FakeWorker:
             outcome = w.get("outcomes", {}).get(i, "ready")
             self.current = i
             return {"ok": True, "outcome": outcome, "message": f"{outcome} here", "name": i.split("::")[1],
-                    "group": "relu", "extra_info": {"framework": "fake"}}
+                    "group": "relu", "extra_info": {"framework": "fake", "max_abs_err": 1e-7},
+                    "known": w.get("known", {}).get(i)}
         if cmd == "burst":
             if self.current in w.get("hang", ()):
                 raise WorkerHung(f"the {self.side} worker did not answer 'burst' within {timeout:.0f} s")
@@ -314,6 +316,38 @@ def test_a_failed_check_on_one_side_fails_that_benchmark_and_the_gate(tmp_path):
     skipped = run_fake(tmp_path, {"baseline": {"outcomes": {IDS[0]: "skipped"}},
                                   "candidate": {"outcomes": {IDS[0]: "skipped"}}})
     assert not decisions.comparison(skipped).failed
+
+
+GELU_OFF = "fake eager relu shows its known issue: output: 12 elements in the regime off by up to 2.3e-07"
+
+
+def test_a_known_issue_is_timed_on_both_sides_and_judged_by_what_each_side_showed(tmp_path):
+    """A known deviation the same on both sides is compared and called unchanged; one the candidate no
+    longer shows is a fix; one it shows where the baseline did not, or one that grew past the
+    entry's bound (its check fails: 'wrong'), is a correctness change that fails the gate, with both
+    sides' errors. None of them is folded into 'failed'."""
+    both = {"known": {IDS[0]: GELU_OFF}}
+    unchanged = decisions.comparison(run_fake(tmp_path, {"baseline": both, "candidate": both}))
+    assert not unchanged.failed and not unchanged.broken and len(unchanged.rows) == 3
+    assert unchanged.known == [f"{IDS[0]}: unchanged: {GELU_OFF}"]
+    assert "known issue on both sides (1)" in format_text(unchanged)
+
+    fixed = decisions.comparison(run_fake(tmp_path, {"baseline": both, "candidate": {}}))
+    assert not fixed.failed and len(fixed.rows) == 3 and fixed.fixed[0].startswith(f"{IDS[0]}: the candidate no ")
+
+    shows = decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": both}))
+    assert shows.failed and not shows.broken and "the candidate shows a known issue" in shows.worse[0]
+
+    grew = decisions.comparison(run_fake(tmp_path, {"baseline": both, "candidate": {"outcomes": {IDS[0]: "wrong"}}}))
+    assert grew.failed and not grew.broken and len(grew.rows) == 2
+    assert grew.worse == [f"{IDS[0]}: baseline: passes (max abs error 1e-07), {GELU_OFF}; candidate: wrong here"]
+    assert "CORRECTNESS CHANGE: worse in the candidate (1)" in format_text(grew)
+
+    mended = decisions.comparison(run_fake(tmp_path, {"baseline": {"outcomes": {IDS[0]: "wrong"}}, "candidate": {}}))
+    assert not mended.failed and mended.fixed == [f"{IDS[0]}: baseline: wrong here; candidate: passes (max abs "
+                                                  "error 1e-07)"]
+    both_wrong = {"outcomes": {IDS[0]: "wrong"}}
+    assert decisions.comparison(run_fake(tmp_path, {"baseline": both_wrong, "candidate": both_wrong})).broken
 
 
 @pytest.mark.parametrize("fault", ["die", "hang"])

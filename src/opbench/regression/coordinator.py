@@ -84,7 +84,8 @@ class Record:
     extra: dict[str, dict] = field(default_factory=dict)  # side -> extra_info
     trials: list[dict] = field(default_factory=list)
     problem: str = ""  # why it has no verdict
-    kind: str = ""  # "" | failed | missing | new | skipped
+    kind: str = ""  # "" | failed | missing | new | skipped | worse | fixed (a check that fails on one side only)
+    known: dict[str, str] = field(default_factory=dict)  # side -> the known issue its result showed ("" none)
     verdict: str = ""
     level: float = 0.0  # the confidence of the interval to report (0: the plan's)
 
@@ -374,6 +375,8 @@ class PairedGate:
         if "failed" in outcomes.values():
             side = next(s for s in SIDES if outcomes[s] == "failed")
             self._set(i, "failed", f"failed on the {side}: {ready[side]['message']}")
+        elif "wrong" in outcomes.values():
+            self._correctness(i, ready)
         elif outcomes["candidate"] != "ready":
             kind = "skipped" if outcomes["baseline"] != "ready" else "missing"
             self._set(i, kind, f"{outcomes['candidate']} on the candidate: {ready['candidate']['message']}")
@@ -383,7 +386,30 @@ class PairedGate:
             rec = self.records[i]
             rec.name, rec.group = ready["baseline"]["name"], ready["baseline"]["group"]
             rec.extra = {s: ready[s]["extra_info"] for s in SIDES}
+            rec.known = {s: ready[s].get("known") or "" for s in SIDES}
         return not self.records[i].kind
+
+    def _correctness(self, i: str, ready: dict[str, dict]) -> None:
+        """A check that failed on one side, or on both: what the framework computes changed, or is
+        wrong on both sides. Either way the benchmark is not timed; the record says both sides'."""
+        def said(side: str) -> str:
+            reply = ready[side]
+            if reply["outcome"] == "wrong":
+                return f"{side}: {reply['message']}"
+            if reply["outcome"] != "ready":
+                return f"{side}: {reply['outcome']} ({reply.get('message', '')})"
+            err = reply.get("extra_info", {}).get("max_abs_err")
+            return (f"{side}: passes" + (f" (max abs error {err:.3g})" if err is not None else "")
+                    + (f", {reply['known']}" if reply.get("known") else ""))
+
+        wrong = [s for s in SIDES if ready[s]["outcome"] == "wrong"]
+        if wrong == ["candidate"] and ready["baseline"]["outcome"] == "ready":
+            kind = "worse"  # the candidate computes what the baseline's check passed, and fails it
+        elif wrong == ["baseline"] and ready["candidate"]["outcome"] == "ready":
+            kind = "fixed"
+        else:
+            kind = "failed"
+        self._set(i, kind, "; ".join(said(s) for s in SIDES))
 
     def _trial(self, pair: Pair, i: str, loops: int, rounds: int, timeout: float) -> dict | None:
         """`rounds` alternations of one timed round on each side, in a random order each time, so

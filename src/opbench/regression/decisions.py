@@ -84,6 +84,19 @@ def _samples(rec: Record, stage: str) -> str:
     return f"{len({t['pair'] for t in trials})}x{len(trials) / max(1, len({t['pair'] for t in trials})):.0f}"
 
 
+def _known_issue(rec: Record, result: Comparison) -> None:
+    """A benchmark timed with a known issue on a side: unchanged when both sides showed the same
+    deviation, fixed when only the baseline did, worse (failing the gate) when only the candidate did."""
+    base, cand = rec.known.get("baseline", ""), rec.known.get("candidate", "")
+    if base and cand:
+        result.known.append(f"{rec.id}: unchanged: {cand}" if base == cand
+                            else f"{rec.id}: changed within its bound: baseline: {base}; candidate: {cand}")
+    elif base:
+        result.fixed.append(f"{rec.id}: the candidate no longer shows the baseline's known issue ({base})")
+    elif cand:
+        result.worse.append(f"{rec.id}: the candidate shows a known issue the baseline did not: {cand}")
+
+
 def comparison(gate: PairedGate) -> Comparison:
     """The gate's outcome in compare's terms, plus the benchmarks that failed on a side."""
     compared = [r for r in gate.records.values() if r.kind != "new"]
@@ -100,7 +113,12 @@ def comparison(gate: PairedGate) -> Comparison:
         new=[f"{r.id}: {r.problem}" for r in gate.records.values() if r.kind == "new"],
         env=environment_diff(runs["baseline"], runs["candidate"]), statistic=STATISTIC,
         confidence=gate.plan.confidence, broken=[f"{r.id}: {r.problem}" for r in compared if r.kind == "failed"],
-        skipped=[f"{r.id}: {r.problem}" for r in compared if r.kind == "skipped"])
+        skipped=[f"{r.id}: {r.problem}" for r in compared if r.kind == "skipped"],
+        worse=[f"{r.id}: {r.problem}" for r in compared if r.kind == "worse"],
+        fixed=[f"{r.id}: {r.problem}" for r in compared if r.kind == "fixed"])
+    for r in compared:
+        if not r.kind:
+            _known_issue(r, result)
     timed = {stage: len({t["pair"] for r in compared for t in r.trials if t["stage"] == stage})
              for stage in ("screen", "confirm")}
     others = gate.pairs_started - sum(timed.values())

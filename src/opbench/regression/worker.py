@@ -95,11 +95,14 @@ class Worker:
         return {"ok": True, "machine_info": info, "commit_info": get_commit_info()}
 
     def prepare(self, node_id: str) -> dict:
-        """Build and verify one benchmark: outcome ready, skipped, xfail (a known framework bug)
-        or failed (with the reason). The coordinator calibrates from its own bursts."""
+        """Build and verify one benchmark: outcome ready (with the known issue its result showed, if
+        any: it is timed anyway, as the other side is), skipped, xfail (a known framework bug whose
+        entry states no regime), wrong (its check failed) or failed (a crash; with the reason). The
+        coordinator calibrates from its own bursts."""
         import pytest
 
         from opbench.suites.measure import admit, describe, setup
+        from opbench.suites.ops.prepare import CorrectnessError
 
         self.release()
         name, case = self.collector.items[node_id]
@@ -107,18 +110,20 @@ class Worker:
         admission = admit(case)
         if admission.unavailable:
             return {"ok": True, "outcome": "skipped", "message": admission.unavailable}
-        if admission.issue:
+        if admission.issue and not admission.issue.regime:  # it cannot tell its deviation from another
             return {"ok": True, "outcome": "xfail", "message": admission.issue.reason}
         backend = admission.backend
         try:
-            ready = setup(case, backend, state)
+            ready = setup(case, backend, state, known_ok=True)
         except pytest.skip.Exception as exc:
             return {"ok": True, "outcome": "skipped", "message": one_line(exc)}
+        except CorrectnessError as exc:  # its check failed: what the framework computes, not a crash
+            return {"ok": True, "outcome": "wrong", "message": one_line(exc)}
         except (Exception, pytest.fail.Exception) as exc:
             return {"ok": True, "outcome": "failed", "message": one_line(exc)}
         self.current = (case, backend, ready)
         return {"ok": True, "outcome": "ready", "name": name, "group": case.group,
-                "extra_info": describe(case, backend, ready, state)}
+                "extra_info": describe(case, backend, ready, state), "known": ready.known}
 
     def threads(self, node_id: str) -> dict:
         """Observe the threads benchmark `node_id` will compute on (once per framework and mode in

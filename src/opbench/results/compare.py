@@ -75,6 +75,11 @@ class Comparison:
     confidence: float = CONFIDENCE
     broken: list[str] = field(default_factory=list)  # benchmarks that crashed, hung or failed a check
     skipped: list[str] = field(default_factory=list)  # benchmarks neither side could run here
+    # the paired gate's correctness changes: a check (or a known issue) the candidate fails where the baseline
+    # passed, which fails the gate, and one the candidate passes where the baseline failed
+    worse: list[str] = field(default_factory=list)
+    fixed: list[str] = field(default_factory=list)
+    known: list[str] = field(default_factory=list)  # timed with a known issue on both sides
     fail_on_noisy: bool = False  # an undecided benchmark fails the gate too
     single_run: float | None = None  # the threshold gate asked for one run per side, if any
     fail_on_busy: bool = False  # a benchmark timed on a busy machine on either side fails the gate
@@ -82,7 +87,7 @@ class Comparison:
     @property
     def failed(self) -> bool:
         fails = ("regression", "noisy") if self.fail_on_noisy else ("regression",)
-        return (bool(self.missing or self.broken) or any(r.verdict in fails for r in self.rows)
+        return (bool(self.missing or self.broken or self.worse) or any(r.verdict in fails for r in self.rows)
                 or (self.fail_on_busy and any(r.busy for r in self.rows)))
 
     def count(self, what: str) -> int:
@@ -243,6 +248,16 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
     if c.broken:
         lines += ["", f"FAILED on a side ({len(c.broken)}): a crash, hang or failed check fails the gate"]
         lines += [f"  {m}" for m in c.broken]
+    if c.worse:
+        lines += ["", f"CORRECTNESS CHANGE: worse in the candidate ({len(c.worse)}): what the framework computes "
+                  "fails a check the baseline passed, or shows a known issue the baseline did not; it fails the gate"]
+        lines += [f"  {m}" for m in c.worse]
+    if c.fixed:
+        lines += ["", f"correctness change: fixed in the candidate ({len(c.fixed)}): a check or known issue the "
+                  "baseline failed and the candidate passes"] + [f"  {m}" for m in c.fixed]
+    if c.known:
+        lines += ["", f"known issue on both sides ({len(c.known)}): timed on both, as the same call"]
+        lines += [f"  {m}" for m in c.known]
     if c.skipped:
         lines += ["", f"skipped on both sides ({len(c.skipped)}):"] + [f"  {m}" for m in c.skipped]
     if c.missing:
@@ -257,6 +272,8 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
     lines += ["", f"{c.count('regression')} regressions, {c.count('improvement')} improvements, "
               f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"
               + (f", {len(c.broken)} failed" if c.broken else "")
+              + (f", {len(c.worse)} worse in correctness" if c.worse else "")
+              + (f", {len(c.fixed)} fixed in correctness" if c.fixed else "")
               + (f", {c.count(NO_INTERVAL)} without a verdict (one run per side)" if c.count(NO_INTERVAL) else "")
               + (f", {sum(1 for r in c.rows if r.busy)} on busy data" if any(r.busy for r in c.rows) else "")]
     if c.fail_on_busy and any(r.busy for r in c.rows):

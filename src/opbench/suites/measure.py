@@ -24,7 +24,7 @@ from opbench.frameworks.base import Backend, Unavailable
 from opbench.harness.known_issues import KnownIssue, known_issue
 from opbench.harness.roofline import Implausible
 from opbench.harness.session import Session
-from opbench.suites.ops.prepare import CorrectnessError, require
+from opbench.suites.ops.prepare import CorrectnessError, KnownDeviation, require
 from opbench.workloads import ops
 
 __all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "identity", "measure",
@@ -217,6 +217,7 @@ class Ready:
     max_abs_err: float
     aids: dict[str, Any]  # extra_info of the study aids that wrapped the call (none in a normal run)
     openmp_shared: str | None = None  # another framework's team on the same OpenMP runtime (opbench.harness.openmp)
+    known: str | None = None  # the known issue its result showed, where the caller times it anyway (the paired gate)
 
 
 @dataclass(frozen=True)
@@ -239,12 +240,14 @@ def admit(case) -> Admission:
     return Admission(backend, None, known_issue(case, backend.version()))
 
 
-def setup(case, backend, state: Session) -> Ready:
+def setup(case, backend, state: Session, known_ok: bool = False) -> Ready:
     """Everything before timing, shared by the pytest plugin and the paired gate's workers: pin
     threads, build, run once (first-call latency), verify against NumPy, then let the session's
     study aids (only ever registered by opbench.testing) wrap the verified call. Raises
     CorrectnessError on a wrong result, in every precision; pytest outcomes for data errors and for
-    16-bit cases a framework cannot run (an error that is not a check's)."""
+    16-bit cases a framework cannot run (an error that is not a check's). A result off only as a known
+    issue says raises KnownDeviation, or, with `known_ok` (the paired gate, which times the same call
+    on both sides and reports the issue), is ready with what it showed."""
     import pytest
 
     from opbench.harness import openmp
@@ -264,12 +267,18 @@ def setup(case, backend, state: Session) -> Ready:
             raise
         pytest.skip(f"{case.framework} cannot run {case.name} in {case.dtype} on the {case.device}: "
                     f"{one_line(exc, limit=200)}")
-    max_err = prepared.verify(result)
+    known = None
+    try:
+        max_err = prepared.verify(result)
+    except KnownDeviation as exc:
+        if not known_ok:
+            raise
+        max_err, known = exc.max_abs_err, str(exc)
     threads_held(case, backend, threads, "after its build and first call")
     aids: dict[str, Any] = {}
     for wrap in state.wrappers:
         aids.update(wrap(prepared))
-    return Ready(prepared, threads, observation, first_s, max_err, aids, shared)
+    return Ready(prepared, threads, observation, first_s, max_err, aids, shared, known)
 
 
 def threads_of(case, backend: Backend, state: Session) -> tuple[int, str]:
