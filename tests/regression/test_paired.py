@@ -19,7 +19,7 @@ import pytest
 from opbench.core.processes import WorkerDied, WorkerHung, WorkerProcess
 from opbench.regression import decisions
 from opbench.regression import intervals as ps
-from opbench.regression.coordinator import PairedGate, Plan, Record, Side
+from opbench.regression.coordinator import OverBudget, PairedGate, Plan, Record, Side
 from opbench.results.compare import format_text
 from opbench.results.stats import Rule, verdict
 from opbench.results.store import load_run
@@ -259,11 +259,27 @@ def test_a_slower_candidate_is_screened_then_confirmed_on_fresh_pairs(tmp_path):
                                     "fixed from the budget left (")
 
 
-def test_a_spent_budget_still_confirms_on_the_least_pairs_holm_needs(tmp_path):
+def test_a_spent_budget_still_confirms_on_the_least_pairs_holm_needs(tmp_path, monkeypatch):
+    # the least run fit at the pace of the first warm pair, and the budget was spent by the end
+    monkeypatch.setattr(PairedGate, "least_run_s", lambda self, selection, number: -1e9)
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}}, budget_s=1e-6)
     confirm = {t["pair"] for t in gate.records[IDS[1]].trials if t["stage"] == "confirm"}
     # the plan's 8 raised to the 5 a 90% interval (one-sided 5%) needs, plus 4
     assert len(confirm) == 9 and gate.records[IDS[1]].verdict == "regression"
+
+
+def test_a_selection_too_large_for_its_budget_is_refused_after_the_first_warm_pair(tmp_path):
+    """--budget is a bound: the screen's least pairs and one confirmation, at the pace of the first
+    two pairs, do not fit in it, so the gate stops there and says by how much, instead of running
+    past it. A default budget too small for the least run becomes it, with a note."""
+    with pytest.raises(OverBudget, match=r"--budget 1e-06 min is too small for this selection: at the pace of its "
+                                         r"first 2 pairs .* over 3 benchmarks.*give --budget \d+ or split"):
+        run_fake(tmp_path, {"baseline": {}, "candidate": {}}, budget_s=6e-5)
+    assert len(FakeWorker.started) == 2 * (1 + 2) and all(w.closed for w in FakeWorker.started)
+    gate = run_fake(tmp_path, {"baseline": {}, "candidate": {}}, budget_s=None, min_budget_s=6e-5,
+                    budget_per_benchmark_s=0)
+    assert any("the default budget (0 min) is too small for this selection" in n for n in gate.notes)
+    assert gate.confirmed and gate.pairs_started == 1 + 8
 
 
 def _paced(tmp_path, budget_s: float, elapsed_s: float, flagged: int = 0, **plan) -> PairedGate:
@@ -392,7 +408,8 @@ def test_the_default_budget_grows_with_the_selection():
     assert Plan(budget_s=300).budget_for(168) == 300  # --budget wins
 
 
-def test_the_budget_stops_the_extension(tmp_path):
+def test_the_budget_stops_the_extension(tmp_path, monkeypatch):
+    monkeypatch.setattr(PairedGate, "least_run_s", lambda self, selection, number: -1e9)  # it fit at pair 2
     gate = run_noisy(tmp_path, min_pairs=8, max_pairs=10, budget_s=1e-6)
     assert len({t["pair"] for t in gate.records[IDS[0]].trials}) == 8
     assert gate.notes == ["note: the budget was spent with 1 benchmark(s) still noisy"]

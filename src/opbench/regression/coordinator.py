@@ -140,6 +140,14 @@ class Pair:
             w.close()
 
 
+PACE_PAIRS = 2  # the screen pair after which the least run's time is known (pair 1 pays for cold caches)
+
+
+class OverBudget(Exception):
+    """The selection's least run (the screen's minimum of pairs and one confirmation) does not fit
+    the --budget given: said after the first warm pair instead of running past it."""
+
+
 def _after_first(times: list[float]) -> list[float]:
     """`times` after the first (cold) one; the first alone when there is no other."""
     return times[1:] or times
@@ -223,12 +231,14 @@ class PairedGate:
         self.budget_s = self.plan.budget_for(len(active))
         for line in self.plan_lines(len(active)):
             self.progress(line)
-        number = 0
+        number, selection = 0, list(active)
         while active:
             number += 1
             self.stage = ("screen", number, max(self.plan.min_pairs, number))
             self._sweep(self.new_pair(), active, "screen", number).close()
             active = self._undecided(active, number)
+            if number == PACE_PAIRS:
+                self._least_run_fits(selection, number)
             if active and not self._room_for(active, number):
                 self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
                 break
@@ -243,6 +253,34 @@ class PairedGate:
             self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
         self._confirm(flagged)
         self.confirmed = True
+
+    def least_run_s(self, selection: list[str], number: int) -> float:
+        """The seconds from now to the end of the least run the design allows, at the pace seen: the
+        screen's minimum of pairs left over the whole selection, then the confirmation's minimum of
+        pairs over one flagged benchmark of median pace."""
+        turns = [_warm(t) for t in self.turn_s.values() if t]
+        one = _warm(self.start_s) + (float(np.median(turns)) if turns else 0.0)
+        return max(0, self.plan.min_pairs - number) * self.pair_s(selection) + self.least_confirm_pairs(1) * one
+
+    def _least_run_fits(self, selection: list[str], number: int) -> None:
+        """After the first warm pair (pair 2: pair 1 pays for cold compiler caches): a --budget the
+        least run cannot fit in is refused (OverBudget) rather than overrun; a default budget
+        too small for it becomes the least run, said in a note."""
+        least = self.elapsed() + self.least_run_s(selection, number)
+        if least <= self.budget_s:
+            return
+        pace = (f"at the pace of its first {number} pairs ({self.pair_s(selection) / 60:.1f} min a pair over "
+                f"{len(selection)} benchmarks), the screen's least {self.plan.min_pairs} pairs and the confirmation "
+                f"of one flagged benchmark ({self.least_confirm_pairs(1)} pairs) end at about {least / 60:.0f} min")
+        if self.plan.budget_s is None:
+            self.notes.append(f"note: the default budget ({self.budget_s / 60:.0f} min) is too small for this "
+                              f"selection: {pace}, which is its budget now")
+            self.budget_s = least
+            return
+        raise OverBudget(f"--budget {self.plan.budget_s / 60:g} min is too small for this selection: {pace}; give "
+                         f"--budget {math.ceil(1.1 * least / 60)} or split the selection over several runs or CI jobs "
+                         "(by operator family or mode: -m 'torch and forward and activation', -m 'torch and "
+                         "forward and not activation', ...; docs/explanation/paired-gate.md)")
 
     def plan_lines(self, benchmarks: int) -> list[str]:
         """What the run will do, before it does it."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from opbench.regression import decisions
 from opbench.regression import intervals as ps
-from opbench.regression.coordinator import SIDES, PairedGate, Plan, Side
+from opbench.regression.coordinator import SIDES, OverBudget, PairedGate, Plan, Side
 from opbench.regression.envs import fresh_folder
 from opbench.results.compare import Comparison
 from opbench.results.stats import Rule
@@ -39,6 +39,9 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
     gate = PairedGate(sides, pytest_args, folder, plan, rule_for)
     try:
         gate.run()
+    except OverBudget as exc:
+        decisions.save(gate, folder, complete=False)
+        raise ResultsError(f"{exc} (the pairs run so far are in {folder})") from None
     except KeyboardInterrupt:
         decisions.save(gate, folder, complete=False)
         raise Interrupted(decisions.comparison(gate), folder) from None
