@@ -34,10 +34,15 @@ def check(name: str, framework: str, mode: str, direction: str, p: dict, seed: i
     admission = admit(case)
     if admission.unavailable:
         pytest.skip(admission.unavailable)
-    # whether a small random problem reaches a known issue is chance; tests/frameworks/test_edges.py holds it to it
-    if admission.issue:
+    # whether a small random problem reaches a known issue is chance; tests/frameworks/test_edges.py holds it to it.
+    # An entry with a regime says where the result may deviate and by how much: a problem that reaches it is
+    # held to that, and every other element to the ordinary check
+    if admission.issue and not admission.issue.regime:
         pytest.skip(f"known issue: {admission.issue.reason}")
-    return prepare.verified(case, admission.backend)[1]
+    try:
+        return prepare.verified(case, admission.backend)[1]
+    except prepare.KnownDeviation as deviation:
+        return deviation.max_abs_err
 
 
 @pytest.mark.parametrize("name, framework, mode, direction", list(_items(compiled=False)))

@@ -4,6 +4,9 @@ plots a breakdown's far-off prediction cannot squash."""
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import pytest
+
 from opbench.results import plots, report
 from opbench.results.store import combined, load_run
 from opbench.results.tables import natural
@@ -69,11 +72,36 @@ def test_empty_tables_are_left_out_and_peak_memory_is_shown(tmp_path):
 def test_a_far_off_prediction_does_not_squash_the_breakdown_bar():
     """A 99 ms prediction beside a 3.4 ms step: the axis stops at 1.5 x the bar, and the
     prediction is an arrow at the top with its value."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots()
     ax.bar([0], [3.4])
     plots._predictions(ax, [(0, 99.0)], 3.4)
     assert ax.get_ylim()[1] < 6
     assert any("prediction 99 ms" in t.get_text() for t in ax.texts)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("times_ms", [[8.67, 11.09], [0.05, 3.0, 400.0]])
+def test_a_time_axis_has_labelled_ticks_and_no_arbitrary_floor(times_ms):
+    """GEMM at 8.67 against 11.09 ms on a log axis with a raised floor showed one '10' tick and looked
+    tenfold apart: a narrow span is drawn on a linear axis from 0, a wide one on a log axis, and
+    either has at least three labelled ticks over the data."""
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2][: len(times_ms)], times_ms, "o")
+    plots._time_axis(ax, times_ms, "median time per call (ms)")
+    fig.canvas.draw()
+    low, high = ax.get_ylim()
+    labelled = [t for t in ax.get_yticklabels() if t.get_text() and low <= t.get_position()[1] <= high]
+    assert len(labelled) >= 3, [t.get_text() for t in labelled]
+    assert (ax.get_yscale() == "log") == (max(times_ms) >= 10 * min(times_ms))
+    assert ax.get_yscale() == "log" or low == 0
+    plt.close(fig)
+
+
+def test_the_markdown_report_nests_each_runs_details_under_its_item(tmp_path):
+    """Indented lines under a '- ' item join its paragraph in Markdown: each detail is a nested item."""
+    a = load_run(write(tmp_path / "a.json", [_gemm(256, 1e-3)]))
+    b = load_run(write(tmp_path / "b.json", [_gemm(256, 2e-3)]))
+    lines = report.runs_lines([a, b], markdown=True)
+    assert [line[:4] for line in lines if line.startswith(" ")] == ["  - "] * sum(1 for x in lines if x[0] == " ")
+    assert lines[0].startswith("- ") and any(line.startswith("  - CPU ") for line in lines)
+    assert report.runs_lines([a], markdown=False)[1].startswith("  CPU ")

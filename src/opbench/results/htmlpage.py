@@ -48,7 +48,9 @@ def _figure(path: Path) -> str:
     text = html.escape(caption(path))
     img = (f'<img src="data:image/png;base64,{data}" alt="{text or name}" title="{name}" '
            f'onload="{_DECODED}" onerror="{_BROKEN}">')
-    return f"<figure>{img}<figcaption>{text} <code>{name}</code></figcaption></figure>"
+    # the caption is drawn under the plot in the image itself (a PNG saved alone keeps it): the page
+    # names the file and gives the caption to screen readers (alt), and does not print it a second time
+    return f"<figure>{img}<figcaption><code>{name}</code></figcaption></figure>"
 
 
 def _environment(runs: list[Run]) -> str:

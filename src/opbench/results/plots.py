@@ -1,4 +1,4 @@
-"""Plots of saved runs with matplotlib (headless): grouped bars per operator, time against
+"""Plots of saved runs with matplotlib (headless): medians with their spread per operator, time against
 problem size with the fitted scaling exponent, thread scaling, training-step time per model, and
 data-parallel samples/s against workers, and where each model step's time goes (stacked per family).
 Reads stored JSON only."""
@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
 
+from opbench.core import schema
 from opbench.core.files import replace_atomic
 from opbench.results.breakdown import FAMILIES
 from opbench.results.breakdown import found as profiled
@@ -101,31 +102,68 @@ def fit_exponent(sizes, times) -> float | None:
 
 
 def bars_per_operator(runs: list[Run], folder: Path) -> list[Path]:
-    """One grouped bar chart per operator and direction: sizes on x, a bar per framework/mode."""
-    by_op: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    """One chart per operator and direction: sizes on x, a point per framework/mode with its
+    interquartile range."""
+    by_op: dict[str, dict[str, dict[str, Bench]]] = defaultdict(lambda: defaultdict(dict))
     for b, who in _identified(runs):
-        by_op[f"{who.subject}-{who.direction} {who.where}"][who.size][b.column] = b.median
-    return [_grouped_bars(folder, f"bars-{_slug(op)}.png", f"{op}: median time per call", sizes,
-                          caption=f"Lower is better; sizes on x, a bar per framework/mode. From {_source(runs)}.")
+        by_op[f"{who.subject}-{who.direction} {who.where}"][who.size][b.column] = b
+    return [_grouped_points(folder, f"bars-{_slug(op)}.png", f"{op}: median time per call", sizes,
+                            caption=f"Lower is better; sizes on x, a point per framework/mode. {SPREAD} "
+                            f"From {_source(runs)}.")
             for op, sizes in sorted(by_op.items())]
 
 
-def _grouped_bars(folder: Path, name: str, title: str, categories: dict[str, dict[str, float]],
-                  ylabel: str = "median time (ms, log scale)", caption: str = "") -> Path:
-    """Bars of seconds (shown in ms, log scale): one cluster per category (in natural order), one
-    bar per column."""
+SPREAD = "Bars: the interquartile range of the rounds; hollow: timed on a busy machine."
+LOG_SPAN = 10.0  # a time axis is logarithmic only when its values span this factor or more
+LABELLED = 24  # at most this many points carry their value beside them
+
+
+def _quartiles(b: Bench) -> tuple[float, float]:
+    """(q1, q3) of a benchmark's rounds: saved by pytest-benchmark, else its IQR centred on the median."""
+    if b.q1 is not None and b.q3 is not None:
+        return b.q1, b.q3
+    return max(b.median - b.iqr / 2, 0.0), b.median + b.iqr / 2
+
+
+def _time_axis(ax, times: list[float], ylabel: str) -> None:
+    """Logarithmic where the times span LOG_SPAN or more, else linear from 0; labelled ticks either way."""
+    if max(times) >= LOG_SPAN * min(times):
+        ax.set_yscale("log")
+        _log_ticks(ax.yaxis)
+        ylabel += ", log scale"
+    else:
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=6))
+    ax.set_ylabel(ylabel)
+
+
+def _grouped_points(folder: Path, name: str, title: str, categories: dict[str, dict[str, Bench]],
+                    ylabel: str = "median time per call (ms)", caption: str = "") -> Path:
+    """Medians (in ms) as points with their interquartile range: one cluster per category (in natural
+    order), one point per column; hollow where timed on a busy machine. No bars: a bar on a log axis
+    starts at an arbitrary floor and turns 8.7 against 11.1 ms into a tenfold look. The axis is
+    logarithmic only where the values span LOG_SPAN or more, and its ticks are labelled either way."""
     categories = {k: categories[k] for k in sorted(categories, key=natural)}
     columns = sorted({c for cells in categories.values() for c in cells})
     width_in = min(MAX_WIDTH_IN, max(FIGSIZE[0], 0.35 * len(categories) * len(columns)))
     fig, ax = plt.subplots(figsize=(width_in, FIGSIZE[1]))
-    width = 0.8 / len(columns)
+    step = 0.8 / len(columns)
+    points = [b for cells in categories.values() for b in cells.values()]
     for i, col in enumerate(columns):
-        ax.bar(np.arange(len(categories)) + i * width, [cells.get(col, np.nan) * 1e3 for cells in categories.values()],
-               width, label=col)
-    ax.set_xticks(np.arange(len(categories)) + 0.4 - width / 2, list(categories), rotation=15, ha="right")
-    ax.set_yscale("log")
-    _log_ticks(ax.yaxis)
-    ax.set_ylabel(ylabel)
+        found = [(k + i * step, cells[col]) for k, cells in enumerate(categories.values()) if col in cells]
+        xs = [x for x, _ in found]
+        med = np.array([b.median for _, b in found]) * 1e3
+        q = np.array([_quartiles(b) for _, b in found]).reshape(-1, 2) * 1e3
+        shown = ax.errorbar(xs, med, yerr=[med - q[:, 0], q[:, 1] - med], fmt="o", capsize=3, label=col)
+        busy = [(x, m) for (x, b), m in zip(found, med, strict=True) if schema.busy(b.extra)]
+        if busy:
+            ax.plot(*zip(*busy, strict=True), "o", markerfacecolor="white", markeredgecolor=shown[0].get_color(),
+                    zorder=shown[0].get_zorder() + 1)
+        if len(points) <= LABELLED:
+            for x, m in zip(xs, med, strict=True):
+                ax.annotate(f"{m:.3g}", (x, m), textcoords="offset points", xytext=(5, 3), fontsize=8)
+    ax.set_xticks(np.arange(len(categories)) + 0.4 - step / 2, list(categories), rotation=15, ha="right")
+    _time_axis(ax, [b.median for b in points], ylabel)
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
     return _save(fig, folder, name, caption)
@@ -176,15 +214,15 @@ def thread_scaling(runs: list[Run], folder: Path) -> list[Path]:
 
 def training_steps(runs: list[Run], folder: Path) -> list[Path]:
     """Training-step time per model, a bar per framework/mode."""
-    models: dict[str, dict[str, float]] = defaultdict(dict)
+    models: dict[str, dict[str, Bench]] = defaultdict(dict)
     for b, who in _identified(runs):
         if who.kind == "model" and who.direction == "training" and "workers" not in b.extra:
-            models[who.subject][b.column] = b.median
+            models[who.subject][b.column] = b
     if not models:
         return []
-    return [_grouped_bars(folder, "training-steps.png", "training-step time per model", models,
-                          "training step, median (ms, log scale)",
-                          f"Lower is better; each model at its own batch. From {_source(runs)}.")]
+    return [_grouped_points(folder, "training-steps.png", "training-step time per model", models,
+                            "training step, median (ms)",
+                            f"Lower is better; each model at its own batch. {SPREAD} From {_source(runs)}.")]
 
 
 def data_parallel(runs: list[Run], folder: Path) -> list[Path]:

@@ -85,49 +85,58 @@ def _metric_rows(g: Grid, metric) -> list[tuple[str, ...]]:
     return [(r, *(metric(g, r, c) for c in g.columns)) for r in g.rows]
 
 
+BUSY = " !"  # after a figure that rests on a result timed on a busy machine, in every table that derives from time
+
+
+def _busy(*cells: Cell | None) -> str:
+    return BUSY if any(cell is not None and cell.busy for cell in cells) else ""
+
+
 def _time(g: Grid, r: str, c: str) -> str:
     cells = g.row(r)
     if c not in cells:
         return "-"
     fastest = min(cells, key=lambda k: cells[k].median)
-    return (fmt_time(cells[c].median) + (" *" if c == fastest and len(cells) > 1 else "")
-            + (" !" if cells[c].busy else ""))
+    return fmt_time(cells[c].median) + (" *" if c == fastest and len(cells) > 1 else "") + _busy(cells[c])
 
 
 def _iqr(g, r, c):
     cell = g.row(r).get(c)
-    return f"{cell.iqr / cell.median:.1%}" if cell else "-"
+    return f"{cell.iqr / cell.median:.1%}{_busy(cell)}" if cell else "-"
 
 
 def _gflops(g, r, c):
     cell = g.row(r).get(c)
-    return f"{cell.gflops:,.1f}" if cell and cell.gflops else "-"
+    return f"{cell.gflops:,.1f}{_busy(cell)}" if cell and cell.gflops else "-"
 
 
 def _peak_share(g, r, c):
     cell = g.row(r).get(c)
-    return f"{cell.gflops / cell.peak:.0%}" if cell and cell.gflops and cell.peak else "-"
+    return f"{cell.gflops / cell.peak:.0%}{_busy(cell)}" if cell and cell.gflops and cell.peak else "-"
 
 
 def _numpy_gemm_share(g, r, c):
     cell = g.row(r).get(c)
-    return f"{cell.gflops / cell.numpy_gemm:.0%}" if cell and cell.gflops and cell.numpy_gemm else "-"
+    return f"{cell.gflops / cell.numpy_gemm:.0%}{_busy(cell)}" if cell and cell.gflops and cell.numpy_gemm else "-"
 
 
 def _latencies(g, r, c):
     cell = g.row(r).get(c)
-    return " / ".join(fmt_time(t) for t in cell.latency) if cell and cell.latency else "-"
+    return " / ".join(fmt_time(t) for t in cell.latency) + _busy(cell) if cell and cell.latency else "-"
 
 
 def _vs_numpy(g, r, c):
     cells = g.row(r)
-    ref = next((cells[k].median for k in cells if k.startswith("numpy/")), None)
-    return f"x{ref / cells[c].median:.2f}" if c in cells and ref else "-"
+    ref = next((cells[k] for k in cells if k.startswith("numpy/")), None)
+    return f"x{ref.median / cells[c].median:.2f}{_busy(cells[c], ref)}" if c in cells and ref else "-"
 
 
 def _vs_slowest(g, r, c):
     cells = g.row(r)
-    return f"x{max(x.median for x in cells.values()) / cells[c].median:.2f}" if c in cells else "-"
+    if c not in cells:
+        return "-"
+    slowest = max(cells.values(), key=lambda x: x.median)
+    return f"x{slowest.median / cells[c].median:.2f}{_busy(cells[c], slowest)}"
 
 
 def _memory(g, r, c):
@@ -139,21 +148,22 @@ def _memory(g, r, c):
     return mib[0] if not device else f"{mib[0]} / {mib[1]}"
 
 
+ON_BUSY = "! rests on a result timed on a busy machine"
 METRICS = (
     ("median time (* fastest, ! timed on a busy machine)", _time),
-    ("IQR / median", _iqr),
-    ("GFLOP/s", _gflops),
-    ("share of the device's ceiling", _peak_share),
-    ("share of NumPy's fp32 GEMM on the same host", _numpy_gemm_share),
-    ("speedup over NumPy", _vs_numpy),
-    ("speedup over the slowest", _vs_slowest),
+    (f"IQR / median ({ON_BUSY})", _iqr),
+    (f"GFLOP/s ({ON_BUSY})", _gflops),
+    (f"share of the device's ceiling ({ON_BUSY})", _peak_share),
+    (f"share of NumPy's fp32 GEMM on the same host ({ON_BUSY})", _numpy_gemm_share),
+    (f"speedup over NumPy ({ON_BUSY})", _vs_numpy),
+    (f"speedup over the slowest ({ON_BUSY})", _vs_slowest),
 )
 
 
-LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENTILES)} (inference)"
+LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENTILES)} (inference; {ON_BUSY})"
 
 
-AMP_TITLE = "mixed-precision speed-up: float32 time / amp time (models)"
+AMP_TITLE = f"mixed-precision speed-up: float32 time / amp time (models; {ON_BUSY})"
 MEMORY_TITLE = "peak memory: resident set (/ device memory on a GPU), models"
 RAN_TITLE = ("what ran, observed: threads (per-thread CPU time), a model's compute type and a 16-bit operator's "
              "product type (read from the framework), another framework's team on the same OpenMP runtime")
@@ -179,8 +189,8 @@ def _amp_rows(g: Grid) -> list[tuple[str, ...]]:
         if twin is None or twin not in g.rows:
             continue
         amp, full = g.row(r), g.row(twin)
-        out.append((r, *(f"x{full[c].median / amp[c].median:.2f}" if c in amp and c in full else "-"
-                         for c in g.columns)))
+        out.append((r, *(f"x{full[c].median / amp[c].median:.2f}{_busy(full[c], amp[c])}"
+                         if c in amp and c in full else "-" for c in g.columns)))
     return out
 
 
@@ -256,6 +266,8 @@ def runs_lines(runs: list[Run], markdown: bool = False) -> list[str]:
             lines.append("  WARNING: interrupted: its figures cover only the benchmarks that finished")
     if len(runs) > 1:
         lines.append(f"{len(runs)} runs: {COMBINING}")
+    if markdown:  # a run's details as a list nested under its item: indented text would join its paragraph
+        lines = [f"  - {line.strip()}" if line.startswith("  ") else line for line in lines]
     return lines
 
 

@@ -58,6 +58,8 @@ class Bench:
     min: float
     rounds: int
     extra: dict[str, Any] = field(default_factory=dict)
+    q1: float | None = None  # the rounds' quartiles, where the run saved them (pytest-benchmark does)
+    q3: float | None = None
 
     @property
     def identity(self) -> Identity | None:
@@ -139,10 +141,18 @@ def combined(runs: list[Run]) -> list[Bench]:
         if busy:
             extra[schema.LOAD] = busy[0]
         first = entries[0]
+        quartiles = [(b.q1, b.q3) for b in entries if b.q1 is not None and b.q3 is not None]
+        q1, q3 = ((statistics.median(q for q, _ in quartiles), statistics.median(q for _, q in quartiles))
+                  if len(quartiles) == len(entries) else (None, None))
         out.append(Bench(first.fullname, first.name, first.group, statistics.median(b.median for b in entries),
                          statistics.median(b.iqr for b in entries), min(b.min for b in entries),
-                         sum(b.rounds for b in entries), extra))
+                         sum(b.rounds for b in entries), extra, q1, q3))
     return out
+
+
+def _optional(value: Any) -> float | None:
+    """A saved statistic that older or other runs may lack: a finite float, else None."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def bench_of(raw: dict, path: Path) -> Bench:
@@ -153,6 +163,7 @@ def bench_of(raw: dict, path: Path) -> Bench:
             median=float(stats["median"]), iqr=float(stats["iqr"]), min=float(stats["min"]),
             rounds=int(stats["rounds"]),
             extra=dict(raw.get("extra_info") or {}),
+            q1=_optional(stats.get("q1")), q3=_optional(stats.get("q3")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultsError(f"{path}: a benchmark lacks its statistics ({type(exc).__name__}: {exc})") from None
