@@ -220,14 +220,17 @@ def run_fake(tmp_path, world, **plan) -> PairedGate:
 
 def test_each_side_observes_its_threads_alone_before_both_prepare(tmp_path):
     """Side by side, each worker's calibration GEMMs crowd the other's CPUs (JAX's team of two
-    looked like three threads beside the baseline's worker): the sides look one after the other."""
+    looked like three threads beside the baseline's worker): the sides look one after the other, once
+    per pair and (framework, mode) before any benchmark (the pair's load, timed on its own), and again
+    (from the worker's cache) before each benchmark."""
     run_fake(tmp_path, {"baseline": {}, "candidate": {}}, max_pairs=8)
     order = [(how, side, cmd) for how, side, cmd in FakeWorker.order if cmd in ("threads", "prepare")]
-    first = order[:6]  # the first benchmark's requests, in the order they happened
-    assert first[:2] == [("ask", "baseline", "threads"), ("ask", "candidate", "threads")]
-    assert [(how, cmd) for how, _, cmd in first[2:4]] == [("send", "prepare")] * 2
+    first = order[:6]  # the pair's load, then the first benchmark's requests, in the order they happened
+    assert first[:4] == [("ask", "baseline", "threads"), ("ask", "candidate", "threads")] * 2
+    assert [(how, cmd) for how, _, cmd in first[4:6]] == [("send", "prepare")] * 2
     prepares = sum(how == "send" and cmd == "prepare" for how, _, cmd in order)
-    assert sum(cmd == "threads" for _, _, cmd in order) == prepares
+    screen_pairs = len(FakeWorker.started) // 2 - 1  # all IDS are one group, fake/eager; the first pair describes
+    assert sum(cmd == "threads" for _, _, cmd in order) == 2 * (prepares // 2 + screen_pairs)
 
 
 def test_aa_with_fake_workers_is_unchanged_everywhere_and_leaves_no_worker_running(tmp_path):
@@ -282,6 +285,20 @@ def test_a_selection_too_large_for_its_budget_is_refused_after_the_first_warm_pa
     assert gate.confirmed and gate.pairs_started == 1 + 8
 
 
+def test_a_confirmation_the_budget_cannot_pay_for_confirms_the_largest_changes_and_says_so(tmp_path):
+    """Three flagged benchmarks whose least confirmation (24 pairs) does not fit what is left: the largest screened changes are confirmed on their least pairs, the
+    rest stay 'unconfirmed', no verdict, and a note gives the budget that confirms them all."""
+    gate = _paced(tmp_path, budget_s=1000, elapsed_s=890, flagged=3)
+    for k, change in enumerate((1.10, 1.30, 1.20)):
+        gate.records[f"id{k}"].trials = [{"stage": "screen", "pair": p, "log_ratio": math.log(change) + 1e-3 * t,
+                                          "interfered": False} for p in range(8) for t in range(4)]
+    # 110 s left: 24 pairs of (2 s start + 1 s a turn) confirm one in 72 s, two in 96 s, three in 120 s
+    assert gate._affordable(["id0", "id1", "id2"]) == ["id1", "id2"]
+    assert gate.records["id0"].verdict == "unconfirmed"
+    assert "confirms 2 of the 3 flagged benchmarks" in gate.notes[-1] and "--budget 17 would" in gate.notes[-1]
+    assert _paced(tmp_path, budget_s=1000, elapsed_s=500, flagged=3)._affordable([]) == []
+
+
 def _paced(tmp_path, budget_s: float, elapsed_s: float, flagged: int = 0, **plan) -> PairedGate:
     """A gate that has run `elapsed_s` with pairs starting in 2 s after a first start of 9 s,
     and 1 s per benchmark's turn after a first turn of 40 s (a cold compiler cache)."""
@@ -305,6 +322,20 @@ def test_the_confirmation_gets_the_pairs_the_budget_left_pays_for(tmp_path):
     assert gate.confirm_pairs(three) == 119  # 600 s left (a little less by now) / 5 s per pair
     assert _paced(tmp_path, budget_s=1000, elapsed_s=400).confirm_pairs(three) == 60  # at most max_pairs
     assert _paced(tmp_path, budget_s=1000, elapsed_s=950).confirm_pairs(three) == 24  # never below the minimum
+
+
+def test_a_pair_is_estimated_with_its_groups_load_once_each(tmp_path):
+    """Loading a framework and observing its threads in a mode costs a pair the same whether it then runs
+    42 benchmarks or 3: counted once per (framework, mode) of the ids, at its warm mean. Hidden in the
+    turns of a 42-benchmark screen pair, it made the README's 3-benchmark confirmation pairs look 4x
+    cheaper than they were (7 s estimated, 28 s taken) and the gate ran 8 min past its budget."""
+    gate = _paced(tmp_path, budget_s=1000, elapsed_s=400)
+    eager, compiled = "t[torch-cpu-eager-float32-8]", "t[torch-cpu-compile-float32-8]"
+    gate.turn_s.update({eager: [40.0, 1.0], compiled: [40.0, 1.0], "t[torch-cpu-eager-float32-16]": [9.0, 1.0]})
+    gate.group_s = {("torch", "eager"): [30.0, 6.0, 6.0], ("torch", "compile"): [50.0, 8.0]}
+    assert gate.pair_s([eager]) == 2 + 6 + 1
+    assert gate.pair_s([eager, "t[torch-cpu-eager-float32-16]"]) == 2 + 6 + 2 * 1
+    assert gate.pair_s([eager, compiled]) == 2 + 6 + 8 + 2 * 1
 
 
 def test_the_screen_leaves_the_confirmation_its_minimum(tmp_path):

@@ -140,12 +140,19 @@ class Pair:
             w.close()
 
 
+UNCONFIRMED = "unconfirmed"  # flagged by the screen, not confirmed: interrupted, or beyond the budget
 PACE_PAIRS = 2  # the screen pair after which the least run's time is known (pair 1 pays for cold caches)
 
 
 class OverBudget(Exception):
     """The selection's least run (the screen's minimum of pairs and one confirmation) does not fit
     the --budget given: said after the first warm pair instead of running past it."""
+
+
+def _group(node_id: str) -> tuple[str, str]:
+    """(framework, mode) of a benchmark id, 'test_x[torch-cpu-compile-float32-...]'; ('', '') for another."""
+    params = node_id[node_id.find("[") + 1 : -1].split("-") if node_id.endswith("]") else []
+    return (params[0], params[2]) if len(params) > 2 else ("", "")
 
 
 def _after_first(times: list[float]) -> list[float]:
@@ -174,6 +181,9 @@ class PairedGate:
         self.pairs_started = 0
         self.start_s: list[float] = []  # seconds each pair took to start (spawn, collect)
         self.turn_s: dict[str, list[float]] = {}  # seconds of each benchmark's turns (prepare to release)
+        # seconds a pair's workers take to load a framework and observe its threads in a mode, once per pair
+        # for every (framework, mode) its benchmarks use, whether the pair runs 42 benchmarks or 3
+        self.group_s: dict[tuple[str, str], list[float]] = {}
         self.pairs: list[Pair] = []  # every pair started, closed again however the run ends
         self.notes: list[str] = []
         self.start = time.monotonic()
@@ -199,7 +209,8 @@ class PairedGate:
         mean and overruns the budget."""
         every = [t for times in self.turn_s.values() for t in _after_first(times)]
         fallback = float(np.mean(every)) if every else 0.0
-        return _warm(self.start_s) + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids)
+        return (_warm(self.start_s) + sum(_warm(self.group_s.get(g, [])) for g in {_group(i) for i in ids})
+                + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids))
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -242,7 +253,7 @@ class PairedGate:
             if active and not self._room_for(active, number):
                 self.notes.append(f"note: the budget was spent with {len(active)} benchmark(s) still noisy")
                 break
-        flagged = self._flagged()
+        flagged = self._affordable(self._flagged())
         count = self.confirm_pairs(flagged) if flagged else 0
         if flagged:
             left = max(0.0, self.budget_s - self.elapsed()) / 60
@@ -281,6 +292,28 @@ class PairedGate:
                          f"--budget {math.ceil(1.1 * least / 60)} or split the selection over several runs or CI jobs "
                          "(by operator family or mode: -m 'torch and forward and activation', -m 'torch and "
                          "forward and not activation', ...; docs/explanation/paired-gate.md)")
+
+    def _affordable(self, flagged: list[str]) -> list[str]:
+        """The flagged benchmarks the budget left can confirm on their least pairs, the largest
+        screened changes first (at least one: the least run reserved it). The others are left
+        UNCONFIRMED, no verdict, and a note says what budget confirms them all. Choosing by the
+        screen's estimates does not bias the confirmation, which measures fresh pairs."""
+        if not flagged:
+            return []
+        order = sorted(flagged, key=lambda i: -abs(math.log(
+            self.records[i].estimate("screen").ratio(self.plan.confidence).ratio)))
+        left = self.budget_s - self.elapsed()
+        m = next((m for m in range(len(order), 0, -1)
+                  if self.least_confirm_pairs(m) * self.pair_s(order[:m]) <= left), 1)
+        if m < len(order):
+            full = self.elapsed() + self.confirm_minimum_s(order)
+            for i in order[m:]:
+                self.records[i].verdict = UNCONFIRMED
+            self.notes.append(
+                f"note: the budget left ({left / 60:.1f} min) confirms {m} of the {len(order)} flagged benchmarks on "
+                f"their least pairs, the largest changes first; the other {len(order) - m} stay {UNCONFIRMED!r} (no "
+                f"verdict): --budget {math.ceil(full / 60)} would confirm them all")
+        return order[:m]
 
     def plan_lines(self, benchmarks: int) -> list[str]:
         """What the run will do, before it does it."""
@@ -363,6 +396,7 @@ class PairedGate:
     def _sweep(self, pair: Pair, ids: list[str], stage: str, number: int) -> Pair:
         """One worker pair over `ids` in a random order; a failed pair is replaced by a fresh one."""
         order = [ids[k] for k in self.rng.permutation(len(ids))]
+        self._load_groups(pair, [i for i in order if not self.records[i].kind])
         for n, i in enumerate(order):
             if self.records[i].kind:
                 continue
@@ -376,6 +410,23 @@ class PairedGate:
                 pair = self.new_pair()
             self._report(i, order[n + 1 :], n + 1, len(order))
         return pair
+
+    def _load_groups(self, pair: Pair, order: list[str]) -> None:
+        """Each side loads the framework of every (framework, mode) in `order` and observes its threads
+        there, alone, before any benchmark: a cost every pair pays once per group, timed on its own
+        (group_s) so that a confirmation pair over three benchmarks is not estimated as 3/42 of a screen
+        pair's. A worker that fails here fails again on the benchmark, which reports it."""
+        first = {}
+        for i in order:
+            first.setdefault(_group(i), i)
+        for group, i in first.items():
+            start = time.monotonic()
+            try:
+                for side in SIDES:
+                    pair.ask(side, {"cmd": "threads", "id": i}, self.plan.timeout_s)
+            except WorkerFailure:
+                return
+            self.group_s.setdefault(group, []).append(time.monotonic() - start)
 
     def _set(self, i: str, kind: str, problem: str) -> None:
         rec = self.records.setdefault(i, Record(i))

@@ -14,12 +14,11 @@ from pytest_benchmark.stats import Stats
 
 from opbench.core.files import write_text_atomic
 from opbench.regression import intervals as ps
-from opbench.regression.coordinator import SIDES, PairedGate, Record
+from opbench.regression.coordinator import SIDES, UNCONFIRMED, PairedGate, Record
 from opbench.results.compare import Comparison, Row, environment_diff
 from opbench.results.store import Run
 
 STATISTIC = "burst min"
-UNCONFIRMED = "unconfirmed"  # flagged by the screen, interrupted before the confirmation decided
 
 
 def side_document(gate: PairedGate, side: str) -> dict:
