@@ -286,8 +286,9 @@ def test_a_selection_too_large_for_its_budget_is_refused_after_the_first_warm_pa
 
 
 def test_a_confirmation_the_budget_cannot_pay_for_confirms_the_largest_changes_and_says_so(tmp_path):
-    """Three flagged benchmarks whose least confirmation (24 pairs) does not fit what is left: the largest screened changes are confirmed on their least pairs, the
-    rest stay 'unconfirmed', no verdict, and a note gives the budget that confirms them all."""
+    """Three flagged benchmarks whose least confirmation (24 pairs) does not fit what is left: the
+    largest screened changes are confirmed on their least pairs, the rest stay 'unconfirmed', no
+    verdict, and a note gives the budget that confirms them all."""
     gate = _paced(tmp_path, budget_s=1000, elapsed_s=890, flagged=3)
     for k, change in enumerate((1.10, 1.30, 1.20)):
         gate.records[f"id{k}"].trials = [{"stage": "screen", "pair": p, "log_ratio": math.log(change) + 1e-3 * t,
