@@ -105,3 +105,16 @@ def test_the_markdown_report_nests_each_runs_details_under_its_item(tmp_path):
     assert [line[:4] for line in lines if line.startswith(" ")] == ["  - "] * sum(1 for x in lines if x[0] == " ")
     assert lines[0].startswith("- ") and any(line.startswith("  - CPU ") for line in lines)
     assert report.runs_lines([a], markdown=False)[1].startswith("  CPU ")
+
+
+def test_a_busy_result_is_a_hollow_point_in_the_plots(tmp_path):
+    """The time plots mark a figure resting on a busy machine's time as a hollow marker."""
+    busy = {"load": {"busy": True, "cpus": 2, "team": 2, "other_cpus": 1.2}}
+    run = load_run(write(tmp_path / "r.json", [_gemm(256, 1e-3, **busy), _gemm(1024, 40e-3)]))
+    fig, ax = plt.subplots()
+    line = ax.plot([1, 2], [1e-3, 40e-3], marker="o")[0]
+    plots._hollow_where_busy(ax, line, [True, False])
+    (hollow,) = ax.lines[1:]
+    assert list(hollow.get_xdata()) == [1] and hollow.get_markerfacecolor() == "white"
+    plt.close(fig)
+    assert len(plots.scaling([run], tmp_path)) == 1 and len(plots.bars_per_operator([run], tmp_path)) == 1

@@ -125,6 +125,15 @@ def _quartiles(b: Bench) -> tuple[float, float]:
     return max(b.median - b.iqr / 2, 0.0), b.median + b.iqr / 2
 
 
+def _hollow_where_busy(ax, line, busy) -> None:
+    """Redraw the markers of `line` whose figure rests on a busy machine's time as hollow ones."""
+    xs, ys = line.get_xdata(), line.get_ydata()
+    marked = [(x, y) for x, y, b in zip(xs, ys, busy, strict=True) if b]
+    if marked:
+        ax.plot(*zip(*marked, strict=True), linestyle="none", marker=line.get_marker(), markerfacecolor="white",
+                markeredgecolor=line.get_color(), zorder=line.get_zorder() + 1)
+
+
 def _time_axis(ax, times: list[float], ylabel: str) -> None:
     """Logarithmic where the times span LOG_SPAN or more, else linear from 0; labelled ticks either way."""
     if max(times) >= LOG_SPAN * min(times):
@@ -155,10 +164,7 @@ def _grouped_points(folder: Path, name: str, title: str, categories: dict[str, d
         med = np.array([b.median for _, b in found]) * 1e3
         q = np.array([_quartiles(b) for _, b in found]).reshape(-1, 2) * 1e3
         shown = ax.errorbar(xs, med, yerr=[med - q[:, 0], q[:, 1] - med], fmt="o", capsize=3, label=col)
-        busy = [(x, m) for (x, b), m in zip(found, med, strict=True) if schema.busy(b.extra)]
-        if busy:
-            ax.plot(*zip(*busy, strict=True), "o", markerfacecolor="white", markeredgecolor=shown[0].get_color(),
-                    zorder=shown[0].get_zorder() + 1)
+        _hollow_where_busy(ax, shown[0], [schema.busy(b.extra) for _, b in found])
         if len(points) <= LABELLED:
             for x, m in zip(xs, med, strict=True):
                 ax.annotate(f"{m:.3g}", (x, m), textcoords="offset points", xytext=(5, 3), fontsize=8)
@@ -171,44 +177,48 @@ def _grouped_points(folder: Path, name: str, title: str, categories: dict[str, d
 
 def scaling(runs: list[Run], folder: Path) -> list[Path]:
     """Time against FLOPs (or bytes) on log-log axes per operator, with each column's exponent."""
-    by_op: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    by_op: dict[str, dict[str, list[tuple[float, float, bool]]]] = defaultdict(lambda: defaultdict(list))
     for b, who in _identified(runs):
         if _size(b):
-            by_op[f"{who.subject}-{who.direction} {who.where}"][b.column].append((_size(b), b.median))
+            by_op[f"{who.subject}-{who.direction} {who.where}"][b.column].append((_size(b), b.median,
+                                                                                   schema.busy(b.extra)))
     paths = []
     for op, columns in sorted(by_op.items()):
-        if max(len({s for s, _ in pts}) for pts in columns.values()) < 2:
+        if max(len({s for s, _, _ in pts}) for pts in columns.values()) < 2:
             continue
         _, ax = plt.subplots(figsize=FIGSIZE)
         for col, pts in sorted(columns.items()):
             pts.sort()
-            sizes, times = zip(*pts, strict=True)
+            sizes, times, busy = zip(*pts, strict=True)
             slope = fit_exponent(sizes, times)
             label = f"{col} (exponent {slope:.2f})" if slope is not None else col
-            ax.loglog(sizes, times, marker="o", label=label)
+            _hollow_where_busy(ax, ax.loglog(sizes, times, marker="o", label=label)[0], busy)
         paths.append(_line_plot(ax, folder, f"scaling-{_slug(op)}.png", "problem size: FLOPs per call (bytes "
                                 "where no FLOP count)", "median time (s)", f"{op}: time against problem size",
                                 "Log-log; an exponent of 1 is linear scaling, below 1 the small sizes pay a fixed "
-                                f"cost. From {_source(runs)}."))
+                                f"cost; hollow: timed on a busy machine. From {_source(runs)}."))
     return paths
 
 
 def thread_scaling(runs: list[Run], folder: Path) -> list[Path]:
     """Speedup over the fewest threads, per benchmark group, where a run swept thread counts."""
-    curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    curves: dict[str, dict[str, list[tuple[int, float, bool]]]] = defaultdict(lambda: defaultdict(list))
     for b in _benches(runs):
         if b.thread_sweep is not None:
-            curves[b.group][b.column].append((b.thread_sweep, b.median))
+            curves[b.group][b.column].append((b.thread_sweep, b.median, schema.busy(b.extra)))
     paths = []
     for group, columns in sorted(curves.items()):
         _, ax = plt.subplots(figsize=FIGSIZE)
         for col, pts in sorted(columns.items()):
             pts.sort()
-            threads, times = zip(*pts, strict=True)
-            ax.plot(threads, [times[0] / t for t in times], marker="o", label=col)
+            threads, times, busy = zip(*pts, strict=True)
+            # a speedup rests on both times: hollow where either the point's or the fewest threads' is busy
+            line = ax.plot(threads, [times[0] / t for t in times], marker="o", label=col)[0]
+            _hollow_where_busy(ax, line, [b or busy[0] for b in busy])
         paths.append(_line_plot(ax, folder, f"threads-{_slug(group)}.png", "threads",
                                 "speedup over the fewest threads", f"{group}: thread scaling",
-                                f"Higher is better; one process per thread count. From {_source(runs)}."))
+                                "Higher is better; one process per thread count; hollow: resting on a time taken "
+                                f"on a busy machine. From {_source(runs)}."))
     return paths
 
 
