@@ -623,10 +623,13 @@ def test_sigterm_stops_the_gate_and_its_workers_in_one_line(tmp_path):
                           str(fake), "--workdir", str(tmp_path), "--", "benchmarks"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "OPBENCH_TEST_MARK": str(tmp_path)})
-    for _ in range(600):  # a bound on a hang: the gate starts its first worker
+    for _ in range(2400):  # a bound on a hang (2 minutes): the gate starts its first worker, slower when busy
         if pids.exists() and pids.read_text().strip():
             break
         time.sleep(0.05)
+    else:  # a signal sent before the gate installed its handler would kill it by default: not this test's case
+        p.kill()
+        pytest.fail("the gate started no worker within 2 minutes")
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err.strip() == "opbench: interrupted", err
