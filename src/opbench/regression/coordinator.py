@@ -268,10 +268,10 @@ class PairedGate:
     def least_run_s(self, selection: list[str], number: int) -> float:
         """The seconds from now to the end of the least run the design allows, at the pace seen: the
         screen's minimum of pairs left over the whole selection, then the confirmation's minimum of
-        pairs over one flagged benchmark of median pace."""
-        turns = [_warm(t) for t in self.turn_s.values() if t]
-        one = _warm(self.start_s) + (float(np.median(turns)) if turns else 0.0)
-        return max(0, self.plan.min_pairs - number) * self.pair_s(selection) + self.least_confirm_pairs(1) * one
+        pairs over one flagged benchmark of median pace (its pair: the start, its group's load, its turn)."""
+        timed = sorted((i for i in selection if self.turn_s.get(i)), key=lambda i: _warm(self.turn_s[i]))
+        return (max(0, self.plan.min_pairs - number) * self.pair_s(selection)
+                + self.confirm_minimum_s(timed[len(timed) // 2 :][:1]))
 
     def _least_run_fits(self, selection: list[str], number: int) -> None:
         """After the first warm pair (pair 2: pair 1 pays for cold compiler caches): a --budget the
@@ -303,8 +303,7 @@ class PairedGate:
         order = sorted(flagged, key=lambda i: -abs(math.log(
             self.records[i].estimate("screen").ratio(self.plan.confidence).ratio)))
         left = self.budget_s - self.elapsed()
-        m = next((m for m in range(len(order), 0, -1)
-                  if self.least_confirm_pairs(m) * self.pair_s(order[:m]) <= left), 1)
+        m = next((m for m in range(len(order), 0, -1) if self.confirm_minimum_s(order[:m]) <= left), 1)
         if m < len(order):
             full = self.elapsed() + self.confirm_minimum_s(order)
             for i in order[m:]:

@@ -148,7 +148,7 @@ def _compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, tol: floa
         diff = np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want)
         limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor, absolute)
         inside = excuse.inside if excuse is not None else np.zeros(want.shape, dtype=bool)
-        over = np.where(inside, diff - np.maximum(limit, excuse.bound if excuse is not None else 0), diff - limit)
+        over = diff - (np.where(inside, np.maximum(limit, excuse.bound), limit) if excuse is not None else limit)
         worst = np.unravel_index(np.argmax(over), want.shape) if want.size else ()
         if not want.size or over[worst] <= 0:
             share = np.divide(diff, limit, out=np.where(diff > 0, np.inf, 0.0), where=limit > 0)
