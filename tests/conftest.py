@@ -4,4 +4,4 @@ pytest_plugins = ["pytester"]
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "full: a slow test's second variant, whose first variant make test runs: make test leaves it "
-        "out (-m 'not full'), make test-full runs it")
+        "out (-m 'not full'), make test-rest (run by CI after it) and make test-full run it")

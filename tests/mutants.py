@@ -247,6 +247,10 @@ MODEL_MUTANTS = (
     ModelMutant("SGD at 10x the rate", "model training", "mlp",
                 "the timed step's SGD at ten times the model's rate (the gate's SGD is at its own rate)",
                 optimizer=lambda opt: dataclasses.replace(opt, lr=10 * opt.lr)),
+    ModelMutant("biased running variance", "model training", "resnet20",
+                "the running variance moves with the biased batch variance where the framework says unbiased "
+                "(or the reverse), at the quick profile's batch",
+                claims=(("unbiased_var", lambda unbiased: not unbiased),)),
     ModelMutant("biased running variance at batch 128", "model training", "resnet20",
                 "the running variance moves with the biased batch variance where the framework says unbiased "
                 "(or the reverse): 1/127 of the variance's update, under a 1e-3 floor",

@@ -53,6 +53,9 @@ def test_matches_numpy(name, framework, mode, direction, data):
     assert check(name, framework, mode, direction, p, seed) >= 0
 
 
+# The compiled modes' second variant: make test's quick benchmarks check each operator in each compiled mode
+# (at its quick sizes); these repeat it with fresh values, and make test-full runs them.
+@pytest.mark.full
 @pytest.mark.parametrize("name, framework, mode, direction", list(_items(compiled=True)))
 @settings(max_examples=2)
 @given(seed=st.integers(0, 2**20))

@@ -27,7 +27,9 @@ from tests.helpers import load_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_HANG_S = 1500  # bounds a hang: alone, both nodes finish in about two minutes on 2 cores
-ENGINES = ("ddp-sync", "kvstore-sync", "kvstore-async", "mwms-sync")
+# the engines that span nodes, by framework: make test runs torch's, make test-full the others as well (each
+# pair of nodes imports its framework and starts its engine: MXNet's and TensorFlow's take a minute together)
+ENGINES = {"torch": ("ddp-sync",), "mxnet": ("kvstore-sync", "kvstore-async"), "tensorflow": ("mwms-sync",)}
 MASTER_PORT = 29500  # each namespace has its own ports: fixed ones cannot collide with the host's
 TF_PORT = 29610
 
@@ -83,7 +85,8 @@ class Node:
     """One node's pytest process, started in its namespace with the documented variables, its own
     temporary folder (to show that nothing is left there) and its output in a log."""
 
-    def __init__(self, rank: int, hosts: list[tuple[str, str]], folder: Path, select: str, *args: str) -> None:
+    def __init__(self, rank: int, hosts: list[tuple[str, str]], folder: Path, select: str, *args: str,
+                 framework: str = "torch,mxnet,tensorflow") -> None:
         self.rank, self.namespace = rank, hosts[rank][0]
         self.out, self.log, self.tmp = folder / f"node{rank}.json", folder / f"node{rank}.log", folder / f"tmp{rank}"
         self.tmp.mkdir()
@@ -94,7 +97,7 @@ class Node:
                "TMPDIR": str(self.tmp)}
         command = ["ip", "netns", "exec", self.namespace, "env", *(f"{k}={v}" for k, v in env.items()),
                    sys.executable, "-m", "pytest", "benchmarks/distributed", "-q", "-p", "no:cacheprovider",
-                   "-k", select, "--workers", "1", "--framework", "torch,mxnet,tensorflow",
+                   "-k", select, "--workers", "1", "--framework", framework,
                    f"--benchmark-json={self.out}", *args]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -134,21 +137,16 @@ def _workers_started(node: Node) -> bool:
     return False
 
 
-@pytest.fixture
-def frameworks_present():
-    for framework in ("torch", "mxnet", "tensorflow"):
-        load_or_skip(framework)
-
-
-def test_two_nodes_in_network_namespaces_train_together_on_every_engine(two_hosts, tmp_path, frameworks_present):
+def test_two_nodes_in_network_namespaces_train_together_on_every_engine(two_hosts, tmp_path, framework):
+    load_or_skip(framework)
     nodes = [Node(rank, two_hosts, tmp_path, "mlp and strong", "--benchmark-max-time=0.05",
-                  "--benchmark-min-rounds=5") for rank in range(2)]
+                  "--benchmark-min-rounds=5", framework=framework) for rank in range(2)]
     codes = [node.wait() for node in nodes]
     said = "\n".join(node.said() for node in nodes)
     assert codes == [0, 0], said
     runs = [{b["name"]: b for b in json.loads(node.out.read_text())["benchmarks"]} for node in nodes]
     assert runs[0].keys() == runs[1].keys(), said
-    assert {b["extra_info"]["mode"] for b in runs[0].values()} == set(ENGINES), said
+    assert {b["extra_info"]["mode"] for b in runs[0].values()} == set(ENGINES[framework]), said
     for name, zero in runs[0].items():
         one = runs[1][name]
         assert "-n2xw1-" in name  # never the same id as a single node's run
@@ -179,17 +177,19 @@ def _one_line_failure(node: Node, code: int, expected: str) -> None:
     assert not node.left_behind(), node.said()
 
 
-def test_a_node_that_never_starts_fails_the_other_with_one_line(two_hosts, tmp_path, frameworks_present):
+def test_a_node_that_never_starts_fails_the_other_with_one_line(two_hosts, tmp_path):
+    load_or_skip("torch")
     # no peer can come, so the whole wait is the timeout: a short one costs no certainty
-    alone = Node(0, two_hosts, tmp_path, "mlp and strong and ddp", "--dist-timeout=10")
+    alone = Node(0, two_hosts, tmp_path, "mlp and strong and ddp", "--dist-timeout=10", framework="torch")
     _one_line_failure(alone, alone.wait(), "LinkError: node 1 did not join torch-cpu-ddp-sync-n2xw1-float32-mlp-b128")
 
 
-def test_a_node_killed_mid_run_fails_the_other_with_one_line(two_hosts, tmp_path, frameworks_present):
+def test_a_node_killed_mid_run_fails_the_other_with_one_line(two_hosts, tmp_path):
     """Node 1 is killed (its pytest process, workers and all) once its worker runs: the live node
     fails its case by the engine's error or the deadline, with one line, and cleans up."""
-    nodes = [Node(rank, two_hosts, tmp_path, "lenet and strong and ddp", FAULT_TIMEOUT, "--benchmark-max-time=30")
-             for rank in range(2)]
+    load_or_skip("torch")
+    nodes = [Node(rank, two_hosts, tmp_path, "lenet and strong and ddp", FAULT_TIMEOUT, "--benchmark-max-time=30",
+                  framework="torch") for rank in range(2)]
     deadline = time.monotonic() + RUN_HANG_S
     while not _workers_started(nodes[1]) and nodes[1].proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
