@@ -7,7 +7,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 
-from opbench.results import plots, report
+from opbench.results import plots, report, scaling
 from opbench.results.store import combined, load_run
 from opbench.results.tables import natural
 
@@ -118,3 +118,53 @@ def test_a_busy_result_is_a_hollow_point_in_the_plots(tmp_path):
     assert list(hollow.get_xdata()) == [1] and hollow.get_markerfacecolor() == "white"
     plt.close(fig)
     assert len(plots.scaling([run], tmp_path)) == 1 and len(plots.bars_per_operator([run], tmp_path)) == 1
+
+
+BUSY_LOAD = {"load": {"busy": True, "cpus": 2, "team": 2, "other_cpus": 1.2}}
+
+
+def _kept_figures(monkeypatch) -> list:
+    """The figures the plot functions save, kept open to be read."""
+    kept = []
+    monkeypatch.setattr(plots, "_save", lambda fig, folder, name, caption="": kept.append((fig, caption)) or name)
+    return kept
+
+
+def _data_parallel(workers: int, median: float, **extra) -> dict:
+    return bench(f"test_data_parallel[torch-cpu-ddp-sync-w{workers}-float32-mlp-b128-strong]", median,
+                 "mlp-data-parallel[cpu-float32-mlp-b128-strong]", mode="ddp-sync", flops=None, model="mlp",
+                 direction="training", workers=workers, nodes=1, scaling="strong", global_batch=128, **extra)
+
+
+def test_data_parallel_figures_resting_on_a_busy_time_are_marked(tmp_path, monkeypatch):
+    """The scaling table marks the busy width's samples/s and every efficiency resting on it; the
+    data-parallel plot draws that point hollow."""
+    run = load_run(write(tmp_path / "d.json", [_data_parallel(1, 4e-3), _data_parallel(2, 2.5e-3, **BUSY_LOAD)]))
+    row = next(line for line in scaling.format_lines([run]) if "ddp-sync" in line)
+    assert "32,000 " in row and "51,200 !" in row and "80% !" in row, row
+    quiet = load_run(write(tmp_path / "q.json", [_data_parallel(1, 4e-3), _data_parallel(2, 2.5e-3)]))
+    assert "!" not in next(line for line in scaling.format_lines([quiet]) if "ddp-sync" in line)
+    kept = _kept_figures(monkeypatch)
+    plots.data_parallel([run], tmp_path)
+    (fig, caption), = kept
+    hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
+    assert [list(line.get_xdata()) for line in hollow] == [[2]] and "hollow: timed on a busy machine" in caption
+    plt.close(fig)
+
+
+def test_breakdown_bars_of_a_busy_step_are_hatched(tmp_path, monkeypatch):
+    group = "lenet-training[cpu-float32-lenet-b32]"
+    info = {"profiler": "torch.profiler", "steps": 5, "profiled_step_s": 2e-3, "attributed_s": 1.5e-3,
+            "unattributed_s": 0.5e-3, "families": {"conv": 1e-3, "other": 0.5e-3}, "phases": {},
+            "ops": [["conv", "forward", "aten::conv2d", 1e-3]], "notes": []}
+    run = load_run(write(tmp_path / "b.json", [
+        bench("test_training[torch-cpu-eager-float32-lenet-b32]", 2e-3, group=group, flops=None, breakdown=info),
+        bench("test_training[jax-cpu-jit-float32-lenet-b32]", 3e-3, group=group, flops=None, framework="jax",
+              mode="jit", breakdown=info, **BUSY_LOAD)]))
+    kept = _kept_figures(monkeypatch)
+    plots.breakdowns([run], tmp_path)
+    (fig, caption), = kept
+    hatched = {round(p.get_x() + p.get_width() / 2) for p in fig.axes[0].patches if p.get_hatch()}
+    columns = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert [columns[i] for i in sorted(hatched)] == ["jax/jit"] and "hatched where" in caption
+    plt.close(fig)

@@ -35,6 +35,9 @@ IDENTITY = ("direction", "family", "framework", "framework_version", "device", "
 LOAD = "load"  # how busy the machine was while the result was timed: opbench.harness.load.Load.as_dict()
 
 
+BUSY_MARK = " !"  # after a figure that rests on a result timed on a busy machine, in every table derived from time
+
+
 def busy(extra: dict[str, Any]) -> bool:
     """Whether the result was timed while other work took more CPUs than its team left free."""
     return bool((extra.get(LOAD) or {}).get("busy"))

@@ -61,7 +61,7 @@ def _prediction(p: Profiled) -> tuple[str, str, str]:
     missing = f" ({len(pred['failed'])} ops failed)" if pred.get("failed") else ""
     overhead = p.median - predicted
     return (fmt_time(predicted) + missing, (f"{p.median / predicted:.2f}x" if predicted else "-")
-            + (" !" if p.busy else ""), ("-" if overhead < 0 else "") + fmt_time(abs(overhead)))
+            + (schema.BUSY_MARK if p.busy else ""), ("-" if overhead < 0 else "") + fmt_time(abs(overhead)))
 
 
 def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:

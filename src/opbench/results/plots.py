@@ -249,12 +249,14 @@ def data_parallel(runs: list[Run], folder: Path) -> list[Path]:
                 points = curve.by_world(nodes)
                 label = curve.column if nodes == 1 else f"{curve.column}, {nodes} nodes"
                 line = ax.plot(list(points), list(points.values()), marker="o" if nodes == 1 else "s", label=label)[0]
+                _hollow_where_busy(ax, line, [(nodes, world // nodes) in curve.busy for world in points])
                 if (1, 1) in curve.samples:
                     ax.plot(list(points), [w * curve.samples[1, 1] for w in points], ":", color=line.get_color())
         paths.append(_line_plot(ax, folder, f"data-parallel-{_slug(model + '-' + where)}.png",
                                 "workers (every node's)",
                                 "samples/s (global)", f"{model} data-parallel training, {where}",
-                                f"Higher is better; dotted: linear scaling from one worker. From {_source(runs)}."))
+                                f"Higher is better; dotted: linear scaling from one worker; hollow: timed on a busy "
+                                f"machine. From {_source(runs)}."))
     return paths
 
 
@@ -299,7 +301,10 @@ def breakdowns(runs: list[Run], folder: Path) -> list[Path]:
         for family in FAMILIES:
             ms = np.array([p.shares().get(family, 0.0) * p.median * 1e3 for p in items])
             if ms.any():
-                ax.bar(x, ms, 0.7, bottom=bottom, label=family)
+                bars = ax.bar(x, ms, 0.7, bottom=bottom, label=family)
+                for bar, p in zip(bars, items, strict=True):
+                    if p.busy:  # timed, or profiled, on a busy machine
+                        bar.set_hatch("//")
                 bottom += ms
         _predictions(ax, [(i, p.info["prediction"]["predicted_s"] * 1e3) for i, p in enumerate(items)
                           if p.info.get("prediction")], float(bottom.max()))
@@ -308,9 +313,9 @@ def breakdowns(runs: list[Run], folder: Path) -> list[Path]:
         ax.set_title(f"{row}: where the step's time goes")
         ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
         paths.append(_save(fig, folder, f"breakdown-{_slug(row)}.png",
-                           f"Bars: timed median split by the profiler's family shares; diamonds: the operator "
-                           f"suite's prediction (an arrow and its value where it lies off the scale). From "
-                           f"{_source(runs)}."))
+                           f"Bars: timed median split by the profiler's family shares, hatched where the step was "
+                           f"timed or profiled on a busy machine; diamonds: the operator suite's prediction (an "
+                           f"arrow and its value where it lies off the scale). From {_source(runs)}."))
     return paths
 
 

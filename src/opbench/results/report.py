@@ -85,7 +85,7 @@ def _metric_rows(g: Grid, metric) -> list[tuple[str, ...]]:
     return [(r, *(metric(g, r, c) for c in g.columns)) for r in g.rows]
 
 
-BUSY = " !"  # after a figure that rests on a result timed on a busy machine, in every table that derives from time
+BUSY = schema.BUSY_MARK
 
 
 def _busy(*cells: Cell | None) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from opbench.core import schema
 from opbench.core.schema import width_label
 from opbench.results.store import Run
 from opbench.results.tables import table
@@ -28,6 +29,7 @@ class Curve:
     column: str  # framework/engine-rule
     samples: dict[Width, float] = field(default_factory=dict)
     communication: dict[Width, float] = field(default_factory=dict)
+    busy: set[Width] = field(default_factory=set)  # widths with a result timed on a busy machine
 
     def efficiency(self, width: Width) -> float | None:
         one = self.samples.get((1, 1))
@@ -48,17 +50,24 @@ def curves(runs: list[Run]) -> list[Curve]:
             width = int(e.get("nodes") or 1), int(e["workers"])
             batch = e["global_batch"] if e.get("scaling") == "strong" else e["global_batch"] // (width[0] * width[1])
             key = (e.get("model", b.group), f"{e.get('device', '')}-{e.get('scaling', '')}-b{batch}", b.column)
-            seen[key][width].append((e["global_batch"] / b.median, e.get("communication_share")))
+            seen[key][width].append((e["global_batch"] / b.median, e.get("communication_share"), schema.busy(e)))
     out = []
     for (model, where, column), by_w in sorted(seen.items()):
         curve = Curve(model, where, column)
         for w, points in sorted(by_w.items()):
-            curve.samples[w] = float(np.median([s for s, _ in points]))
-            comm = [c for _, c in points if c is not None]
+            curve.samples[w] = float(np.median([s for s, _, _ in points]))
+            if any(busy for _, _, busy in points):
+                curve.busy.add(w)
+            comm = [c for _, c, _ in points if c is not None]
             if comm:
                 curve.communication[w] = float(np.median(comm))
         out.append(curve)
     return out
+
+
+def _mark(curve: Curve, *widths: Width) -> str:
+    """The busy mark after a figure that rests on any of these widths' samples."""
+    return schema.BUSY_MARK if curve.busy.intersection(widths) else ""
 
 
 def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:
@@ -73,9 +82,12 @@ def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:
     rows = []
     for c in found:
         eff = [c.efficiency(w) for w in many]
-        rows.append((c.model, c.where, c.column, *(f"{c.samples[w]:,.0f}" if w in c.samples else "-" for w in widths),
-                     *(f"{e:.0%}" if e is not None else "-" for e in eff),
+        rows.append((c.model, c.where, c.column,
+                     *(f"{c.samples[w]:,.0f}{_mark(c, w)}" if w in c.samples else "-" for w in widths),
+                     *(f"{e:.0%}{_mark(c, w, (1, 1))}" if e is not None else "-"
+                       for w, e in zip(many, eff, strict=True)),
                      *(f"{c.communication[w]:.0%}" if w in c.communication else "-" for w in many)))
     title = ("data-parallel scaling by nodes x workers per node (nNxwW; wW on one node): samples/s (global), "
-             "efficiency = samples/s / (every worker x one worker's on one node)")
+             "efficiency = samples/s / (every worker x one worker's on one node); "
+             f"{schema.BUSY_MARK.strip()} rests on a result timed on a busy machine")
     return ["", f"## {title}" if markdown else f"{title}:", *table(header, rows, markdown)]
