@@ -137,6 +137,8 @@ def _workers_started(node: Node) -> bool:
     return False
 
 
+@pytest.mark.parametrize("framework", [pytest.param(f, marks=() if f == "torch" else pytest.mark.full)
+                                       for f in ENGINES])
 def test_two_nodes_in_network_namespaces_train_together_on_every_engine(two_hosts, tmp_path, framework):
     load_or_skip(framework)
     nodes = [Node(rank, two_hosts, tmp_path, "mlp and strong", "--benchmark-max-time=0.05",
