@@ -45,13 +45,14 @@ def test_operator_mutant_is_caught(mutant, framework):
 
 # The plan and its digests are the suite's, the same for every framework (each framework's own run is
 # gated by benchmarks/convergence): one framework shows that the gate catches a wrong feed. Evaluating in
-# training mode is each framework's own switch, so those mutants run in every framework. When the
-# switch acts (always, after the first epoch, in the timed runs) is the gate's own, framework-neutral
-# timing: make test runs the later two in the first framework, make test-full in every one.
+# training mode is each framework's own switch, so those mutants run in every framework: make test runs
+# them in the first framework (a short convergence run each, 10 s on 2 cores), make test-rest and
+# make test-full in every one. When the switch acts (always, after the first epoch, in the timed runs)
+# is the gate's own, framework-neutral timing.
 def _convergence_params():
     for m in mutants.CONVERGENCE_MUTANTS:
         for i, fw in enumerate(mutants.FRAMEWORKS if m.train_mode_eval else mutants.FRAMEWORKS[:1]):
-            later = m.train_mode_eval not in ("", "always") and i > 0
+            later = i > 0
             yield pytest.param(m, fw, id=f"{m.name.replace(' ', '-')}-{fw}", marks=pytest.mark.full if later else ())
 
 
