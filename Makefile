@@ -38,9 +38,13 @@ QUICK ?= -k "$(QUICK_K)"
 # the LSTM, whose layers they compile in MLP and LeNet and in every operator (3 minutes of compiling on a
 # cold 2-core host); VGG-10 (its layers are LeNet's and ResNet-20's, stacked deeper: a minute of float32
 # emulation and gates); and the data-parallel engines beyond one per framework (DDP, MirroredStrategy,
-# MXNet's KVStore in sync: the two-node, asynchronous, device and local KVStores and MultiWorkerMirrored).
+# MXNet's KVStore in sync: the two-node, asynchronous, device and local KVStores and MultiWorkerMirrored);
+# the compiled modes' inference at batch 1 (a second compile of the graph `make test` compiles at the
+# model's batch); and the MLP's one-epoch convergence gate (LeNet's runs the same feed, evaluation and
+# curve in every framework).
 LATER_K := vgg10 or ((compile or graph or xla or hybridize) and (resnet20 or lstm)) \
-  or (data_parallel and not (ddp or mirrored or kvstore-sync))
+  or (data_parallel and not (ddp or mirrored or kvstore-sync)) \
+  or (inference and (compile or graph or xla or hybridize) and b1]) or (convergence and mlp)
 BENCH_QUICK ?= -k "$(QUICK_K) and not ($(LATER_K))"
 # Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs
 # (tests/conftest.py says which): `make test-full` runs them.
@@ -120,9 +124,9 @@ netns-tools:
 # other in half of that. Nothing in either lane is timed but the roofline smoke, whose ceiling a loaded
 # machine cannot pass (it can only be slower).
 TEST_JOBS ?= 2
-# The distributed unit tests (processes that start processes, two minutes) run in the gates' lane, so
-# that both lanes take about as long.
-UNIT_SPLIT := tests/suites/test_distributed.py tests/suites/test_multinode.py
+# The single-node distributed unit tests (processes that start processes, a minute and a half) run in the
+# gates' lane, so that both lanes take about as long.
+UNIT_SPLIT := tests/suites/test_distributed.py
 
 test: venv browser netns-tools
 	$(BIN)/ruff check src tests benchmarks studies conftest.py
