@@ -41,21 +41,24 @@ QUICK ?= -k "$(QUICK_K)"
 # MXNet's KVStore in sync: the two-node, asynchronous, device and local KVStores and MultiWorkerMirrored);
 # the compiled modes' inference at batch 1 (a second compile of the graph `make test` compiles at the
 # model's batch); and the MLP's one-epoch convergence gate (LeNet's runs the same feed, evaluation and
-# curve in every framework).
+# curve in every framework); and eager JAX's ResNet-20 and LSTM inference (every primitive compiled on
+# first use; its MLP and LeNet stay, and jit runs both).
 LATER_K := vgg10 or ((compile or graph or xla or hybridize) and (resnet20 or lstm)) \
   or (data_parallel and not (ddp or mirrored or kvstore-sync)) \
-  or (inference and (compile or graph or xla or hybridize) and b1]) or (convergence and mlp)
+  or (inference and (compile or graph or xla or hybridize) and b1]) or (convergence and mlp) \
+  or (jax and eager and inference and (resnet20 or lstm))
 BENCH_QUICK ?= -k "$(QUICK_K) and not ($(LATER_K))"
 # Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs
 # (tests/conftest.py says which): `make test-full` runs them.
 UNIT_QUICK ?= -m "not full"
 # (a marker expression: -k would also match the unit tests whose names say convergence)
 CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
-# Mixed precision in `make test`: LeNet (convolutions, pooling, dense layers) and ResNet-20 (batch norm,
-# residuals) in each framework's plain mode (and JAX's jit), gated; every mode and model is gated and timed
-# in amp by `make bench`, and `make test-rest` gates the MLP's.
-AMP_QUICK ?= --precision amp --mode eager,jit -k "(lenet or resnet20) and not (jax and eager and training)"
-AMP_REST := --precision amp --mode eager,jit -k "mlp and not (jax and eager and training)"
+# Mixed precision in `make test`: LeNet (convolutions, pooling, dense layers) in each framework's plain mode
+# (and JAX's jit), gated, with every layer kind (batch norm and residuals included) gated under amp in every
+# framework by tests/frameworks/test_precision.py;
+# `make test-rest` gates the MLP's and ResNet-20's, and `make bench` gates and times every mode and model.
+AMP_QUICK ?= --precision amp --mode eager,jit -k "lenet and not (jax and eager and training)"
+AMP_REST := --precision amp --mode eager,jit -k "(mlp or resnet20) and not (jax and eager and training)"
 
 # The roofline on the host at hand: the largest quick GEMM and the larger quick conv2d (stride 1), forward and
 # backward, every installed framework and mode, timed (a few rounds, nothing saved): none may
@@ -119,14 +122,14 @@ netns-tools:
 
 # `make test` runs its two lanes side by side, the unit tests and the benchmarks' gates (each lane's
 # output appears whole when it ends): neither keeps 2 cores busy alone (the unit tests wait on the
-# processes they start, about 1.2 cores on average), so on a 2-core host the pair takes 20 minutes where
-# one after the other took 28. Side by side, about 9 GB at the peak; TEST_JOBS=1 runs them one after the
-# other in half of that. Nothing in either lane is timed but the roofline smoke, whose ceiling a loaded
+# processes they start, about 1.2 cores on average; the gates 1.4), so on a 2-core host side by side
+# they use 1.8 cores (docs/explanation/cost.md). Side by side, the machine's memory in use peaked at 5.7 GB (the largest
+# process 4.2 GB); TEST_JOBS=1 runs them one after the other. Nothing in either lane is timed but the roofline smoke, whose ceiling a loaded
 # machine cannot pass (it can only be slower).
 TEST_JOBS ?= 2
-# The single-node distributed unit tests (processes that start processes, a minute and a half) run in the
-# gates' lane, so that both lanes take about as long.
-UNIT_SPLIT := tests/suites/test_distributed.py
+# The single-node distributed unit tests and the regression gate's (processes that start processes, two
+# minutes) run in the gates' lane, so that both lanes take about as long.
+UNIT_SPLIT := tests/suites/test_distributed.py tests/regression
 
 test: venv browser netns-tools
 	$(BIN)/ruff check src tests benchmarks studies conftest.py

@@ -19,6 +19,11 @@ from opbench.suites.ops import generate, prepare
 from opbench.workloads import ops
 from tests.helpers import edge_case
 
+# torch.compile's edge regimes are the second variant of torch eager's (the same regimes): inductor has gcc
+# build a kernel for each, about a minute on a cold 2-core host, so make test runs eager's and every other
+# compiled mode's, and make test-rest and make test-full torch.compile's as well.
+SECOND = {("torch", "compile")}
+
 
 def _items():
     for name, spec in ops.REGISTRY.items():
@@ -28,7 +33,8 @@ def _items():
             declared = frameworks.declared()[framework]
             for mode in declared.modes:
                 for direction in generate.directions(spec):
-                    yield pytest.param(name, framework, mode, direction, id=f"{name}-{direction}-{framework}-{mode}")
+                    yield pytest.param(name, framework, mode, direction, id=f"{name}-{direction}-{framework}-{mode}",
+                                       marks=pytest.mark.full if (framework, mode) in SECOND else ())
 
 
 def test_every_activation_and_normalisation_has_edge_regimes():
