@@ -123,9 +123,9 @@ netns-tools:
 # `make test` runs its two lanes side by side, the unit tests and the benchmarks' gates (each lane's
 # output appears whole when it ends): neither keeps 2 cores busy alone (the unit tests wait on the
 # processes they start, about 1.2 cores on average; the gates 1.4), so on a 2-core host side by side
-# they use 1.8 cores (docs/explanation/cost.md). Side by side, the machine's memory in use peaked at 5.7 GB (the largest
-# process 4.2 GB); TEST_JOBS=1 runs them one after the other. Nothing in either lane is timed but the roofline smoke, whose ceiling a loaded
-# machine cannot pass (it can only be slower).
+# they use 1.8 cores (docs/explanation/cost.md). Side by side, the machine's memory in use peaked at
+# 5.7-6.1 GB (the largest process 4.3 GB); TEST_JOBS=1 runs them one after the other. Nothing in either
+# lane is timed but the roofline smoke, whose ceiling a loaded machine cannot pass (it can only be slower).
 TEST_JOBS ?= 2
 # The single-node distributed unit tests and the regression gate's (processes that start processes, two
 # minutes) run in the gates' lane, so that both lanes take about as long.
