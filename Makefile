@@ -43,9 +43,10 @@ QUICK ?= -k "$(QUICK_K)"
 # model's batch); and the MLP's one-epoch convergence gate (LeNet's runs the same feed, evaluation and
 # curve in every framework); and eager JAX's ResNet-20 and LSTM inference (every primitive compiled on
 # first use; its MLP and LeNet stay, and jit runs both).
-LATER_K := vgg10 or ((compile or graph or xla or hybridize) and (resnet20 or lstm)) \
+COMPILED_K := compile or graph or xla or hybridize
+LATER_K := vgg10 or (($(COMPILED_K)) and (resnet20 or lstm)) \
   or (data_parallel and not (ddp or mirrored or kvstore-sync)) \
-  or (inference and (compile or graph or xla or hybridize) and b1]) or (convergence and mlp) \
+  or (inference and ($(COMPILED_K)) and b1]) or (convergence and mlp) \
   or (jax and eager and inference and (resnet20 or lstm))
 BENCH_QUICK ?= -k "$(QUICK_K) and not ($(LATER_K))"
 # Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs
@@ -57,8 +58,9 @@ CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
 # (and JAX's jit), gated, with every layer kind (batch norm and residuals included) gated under amp in every
 # framework by tests/frameworks/test_precision.py;
 # `make test-rest` gates the MLP's and ResNet-20's, and `make bench` gates and times every mode and model.
-AMP_QUICK ?= --precision amp --mode eager,jit -k "lenet and not (jax and eager and training)"
-AMP_REST := --precision amp --mode eager,jit -k "(mlp or resnet20) and not (jax and eager and training)"
+AMP_ARGS := --precision amp --mode eager,jit -k
+AMP_QUICK ?= $(AMP_ARGS) "lenet and not (jax and eager and training)"
+AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and not (jax and eager and training)"
 
 # The roofline on the host at hand: the largest quick GEMM and the larger quick conv2d (stride 1), forward and
 # backward, every installed framework and mode, timed (a few rounds, nothing saved): none may

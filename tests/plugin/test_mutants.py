@@ -24,7 +24,7 @@ def _assert_caught(survives, mutant, framework: str, gate: str) -> None:
 # make test runs every model mutant at the quick profile's batch, in every framework but eager JAX's mixed
 # precision (eager JAX compiles every primitive, and make test gates JAX's amp in jit): a mutant at the full
 # profile's batch is the second variant of its quick twin (the float64 reference of a batch-128 ResNet-20
-# is a minute on 2 cores), and make test-full runs both.
+# is a minute on 2 cores), and make test-rest and make test-full run the rest.
 def _model_params():
     for m in mutants.MODEL_MUTANTS:
         for fw in mutants.FRAMEWORKS:

@@ -27,7 +27,7 @@ from tests.helpers import load_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_HANG_S = 1500  # bounds a hang: alone, both nodes finish in about two minutes on 2 cores
-# the engines that span nodes, by framework: make test runs torch's, make test-full the others as well (each
+# the engines that span nodes, by framework: make test runs torch's, make test-rest and make test-full the others (each
 # pair of nodes imports its framework and starts its engine: MXNet's and TensorFlow's take a minute together)
 ENGINES = {"torch": ("ddp-sync",), "mxnet": ("kvstore-sync", "kvstore-async"), "tensorflow": ("mwms-sync",)}
 MASTER_PORT = 29500  # each namespace has its own ports: fixed ones cannot collide with the host's
@@ -86,7 +86,7 @@ class Node:
     temporary folder (to show that nothing is left there) and its output in a log."""
 
     def __init__(self, rank: int, hosts: list[tuple[str, str]], folder: Path, select: str, *args: str,
-                 framework: str = "torch,mxnet,tensorflow") -> None:
+                 framework: str) -> None:
         self.rank, self.namespace = rank, hosts[rank][0]
         self.out, self.log, self.tmp = folder / f"node{rank}.json", folder / f"node{rank}.log", folder / f"tmp{rank}"
         self.tmp.mkdir()

@@ -85,11 +85,8 @@ def _metric_rows(g: Grid, metric) -> list[tuple[str, ...]]:
     return [(r, *(metric(g, r, c) for c in g.columns)) for r in g.rows]
 
 
-BUSY = schema.BUSY_MARK
-
-
 def _busy(*cells: Cell | None) -> str:
-    return BUSY if any(cell is not None and cell.busy for cell in cells) else ""
+    return schema.BUSY_MARK if any(cell is not None and cell.busy for cell in cells) else ""
 
 
 def _time(g: Grid, r: str, c: str) -> str:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from opbench.core import schema
-from opbench.core.schema import width_label
 from opbench.results.store import Run
 from opbench.results.tables import table
 
@@ -77,8 +76,9 @@ def format_lines(runs: list[Run], markdown: bool = False) -> list[str]:
         return []
     widths = sorted({w for c in found for w in c.samples})
     many = [w for w in widths if w != (1, 1)]
-    header = ("model", "scaling", "engine", *(f"samples/s {width_label(*w)}" for w in widths),
-              *(f"efficiency {width_label(*w)}" for w in many), *(f"comm. share {width_label(*w)}" for w in many))
+    label = schema.width_label
+    header = ("model", "scaling", "engine", *(f"samples/s {label(*w)}" for w in widths),
+              *(f"efficiency {label(*w)}" for w in many), *(f"comm. share {label(*w)}" for w in many))
     rows = []
     for c in found:
         eff = [c.efficiency(w) for w in many]
