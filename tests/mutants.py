@@ -41,6 +41,7 @@ from opbench.workloads.models.spec import (
     Optimizer,
     Residual,
     init_params,
+    is_state,
 )
 from opbench.workloads.ops import activations, conv, normalization
 from tests.helpers import edge_case
@@ -67,6 +68,8 @@ class ModelMutant:
     claims: tuple[tuple[str, Callable[[object], object]], ...] = ()  # conventions the model states wrongly
     profile: str = "quick"  # the profile whose batch the case runs at
     native: Callable[[object, str], None] | None = None  # changes the built native model (framework-specific)
+    timed_only: bool = False  # `update` acts on the timed step's calls only (the model's own optimizer)
+    rebuilt: bool = False  # the timed step makes its optimizer anew at each call
 
 
 def _relayered(fn: Callable[[object], object]) -> Callable[[ModelSpec], ModelSpec]:
@@ -116,6 +119,34 @@ def _stale(before: Params, after: Params, state: dict) -> Params:
     applied = state.get("last", fresh)
     state["last"] = fresh
     return {k: before[k] + applied[k] for k in after}
+
+
+def _trained_step(before: Params, after: Params) -> Params:
+    return {k: after[k] - before[k] for k in after if not is_state(k)}
+
+
+def _momentum(before: Params, after: Params, state: dict) -> Params:
+    """SGD with momentum 0.9, as PyTorch keeps it: the buffer starts as the first step, then is 0.9
+    of itself plus each new step (the first step is the plain one)."""
+    step = _trained_step(before, after)
+    buffer = state["buffer"] = {k: 0.9 * state["buffer"][k] + v for k, v in step.items()} if state else step
+    return {**after, **{k: before[k] + v for k, v in buffer.items()}}
+
+
+def _never_zeroed(before: Params, after: Params, state: dict) -> Params:
+    """Gradients summed into the same buffer across calls, never zeroed: each SGD step applies the
+    sum of every gradient so far."""
+    step = _trained_step(before, after)
+    total = state["total"] = {k: state["total"][k] + v for k, v in step.items()} if state else step
+    return {**after, **{k: before[k] + v for k, v in total.items()}}
+
+
+def _decoupled_decay(model: str, decay: float) -> Callable[[Params, Params, dict], Params]:
+    """AdamW for Adam: each step also moves every trained weight by -lr * decay * weight (Keras'
+    AdamW defaults to a decay of 4e-3, PyTorch's to 1e-2)."""
+    lr = catalogue.get(model).optimizer.lr
+    return lambda before, after, state: {**after, **{k: after[k] - lr * decay * before[k] for k in _trained_step(
+        before, after)}}
 
 
 def _swap_lstm_bias_gates(params: Params) -> Params:
@@ -244,6 +275,21 @@ MODEL_MUTANTS = (
                 optimizer=lambda opt: dataclasses.replace(opt, eps=1e-3)),
     ModelMutant("Adam at 10x the rate", "model training", "lenet", "the timed step's Adam at ten times the rate",
                 optimizer=lambda opt: dataclasses.replace(opt, lr=10 * opt.lr)),
+    ModelMutant("Adam betas swapped", "model training", "lenet",
+                "the timed step's Adam with beta1 0.999 and beta2 0.9: its first step is lr * sign(g) whatever the "
+                "betas, the second is not", optimizer=lambda opt: dataclasses.replace(opt, beta1=opt.beta2,
+                                                                                       beta2=opt.beta1)),
+    ModelMutant("Adam made anew each call", "model training", "lenet",
+                "the timed step builds its optimizer inside the step: every call is an Adam first step", rebuilt=True),
+    ModelMutant("SGD with momentum", "model training", "resnet20",
+                "the timed step's SGD keeps a momentum of 0.9 the model does not have (its first step is plain)",
+                update=_momentum, timed_only=True),
+    ModelMutant("gradients never zeroed", "model training", "mlp",
+                "the timed step adds each call's gradients to the last call's (zeroed once, before the first)",
+                update=_never_zeroed, timed_only=True),
+    ModelMutant("AdamW for Adam", "model training", "lenet",
+                "the timed step decays the weights as Keras' AdamW does by default (4e-3 of the rate)",
+                update=_decoupled_decay("lenet", 4e-3), timed_only=True),
     ModelMutant("SGD at 10x the rate", "model training", "mlp",
                 "the timed step's SGD at ten times the model's rate (the gate's SGD is at its own rate)",
                 optimizer=lambda opt: dataclasses.replace(opt, lr=10 * opt.lr)),
@@ -314,16 +360,23 @@ class _MutatedModel:
         return claimed(value) if claimed else value
 
     def train_step(self, x, y, optimizer):
+        timed = optimizer is catalogue.get(self._mutant.model).optimizer  # the gate's SGD is another
         if self._mutant.optimizer and optimizer == catalogue.get(self._mutant.model).optimizer:
             optimizer = self._mutant.optimizer(optimizer)
+        if self._mutant.rebuilt and timed:
+            def anew():
+                return self._native.trainer(optimizer)(x, y)
+
+            return anew
         step = self._native.train_step(x, y, optimizer)
-        if self._mutant.update is None:
+        if self._mutant.update is None or (self._mutant.timed_only and not timed):
             return step
+        state = {} if self._mutant.timed_only else self._state
 
         def call():
             before = self._native.get_params()
             loss = step()
-            self._native.set_params(self._mutant.update(before, self._native.get_params(), self._state))
+            self._native.set_params(self._mutant.update(before, self._native.get_params(), state))
             return loss
 
         return call
@@ -340,7 +393,8 @@ def applied(mutant: ModelMutant, backend) -> Iterator[None]:
                       mutant.built_in or precision, mode)
         if mutant.native and precision != "float32":  # the amp build, not its float32 twin
             mutant.native(native, backend.name)
-        return _MutatedModel(native, mutant) if mutant.update or mutant.optimizer or mutant.claims else native
+        mutated = mutant.update or mutant.optimizer or mutant.claims or mutant.rebuilt
+        return _MutatedModel(native, mutant) if mutated else native
 
     backend.build = build
     try:

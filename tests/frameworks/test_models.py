@@ -288,3 +288,42 @@ def test_low_precision_adam_allowance_is_the_step_change_not_the_whole_step():
     half_rate = {k: initial[k] + 0.5 * (v - initial[k]) for k, v in want.items()}
     with pytest.raises(CorrectnessError):
         equivalence.check_update(case, "the timed adam step", initial, half_rate, initial, want, allowed)
+
+
+def _adam_in_float32_constants(model, params: dict, history: list[dict], state: dict) -> dict:
+    """The reference's Adam step len(history), every constant held in float32 and each bias
+    correction 1 - beta^t made in float32, as Keras, MXNet and JAX make them."""
+    f32 = np.float32
+    opt = model.optimizer
+    m, v = {}, {}
+    for g in history:
+        m = {k: f32(opt.beta1) * m.get(k, 0.0) + (1 - f32(opt.beta1)) * x for k, x in g.items()}
+        v = {k: f32(opt.beta2) * v.get(k, 0.0) + (1 - f32(opt.beta2)) * x * x for k, x in g.items()}
+    t = f32(len(history))
+    c1, c2 = float(1 - f32(opt.beta1) ** t), float(1 - f32(opt.beta2) ** t)
+    return {**params, **{k: params[k] - float(f32(opt.lr)) * (m[k] / c1) / (np.sqrt(v[k] / c2) + opt.eps)
+                         for k in m}, **state}
+
+
+@pytest.mark.parametrize("call", [1, 2])
+def test_timed_adam_floor_holds_float32_constants_and_refuses_adamw(call):
+    """The timed Adam step's floor (timed_rtol) is derived from the optimizer's constants in
+    float32: a step made with them passes within it, with room (a tenth of it: SLACK), while AdamW
+    at Keras' default decay (4e-3 of the rate), which UPDATE_RTOL (1e-3) let through at 0.66 of the
+    allowance, fails on the first call."""
+    model = catalogue.get("lenet")
+    steps = equivalence.reference_timed_steps("lenet", 8, "", 1, False, True, "float32")
+    before, want, allowed = steps[call - 1]
+    _, history = equivalence._timed_trajectory_both("lenet", 8, "", 1, True)
+    state = {k: v for k, v in want.items() if k not in history[0]}
+    case = Case.model("lenet", "training", "numpy", 8)
+    rtol = equivalence.timed_rtol(model.optimizer, call)
+    assert rtol < equivalence.UPDATE_RTOL
+    held = _adam_in_float32_constants(model, before, history[:call], state)
+    used: list[float] = []
+    equivalence.check_update(case, "the timed adam step", before, held, before, want, allowed, used, rtol)
+    assert max(used) < 1 / equivalence.SLACK * 1.5
+    if call == 1:
+        decayed = {k: v - model.optimizer.lr * 4e-3 * before[k] if k in history[0] else v for k, v in want.items()}
+        with pytest.raises(CorrectnessError, match="timed adam step"):
+            equivalence.check_update(case, "the timed adam step", before, decayed, before, want, allowed, None, rtol)

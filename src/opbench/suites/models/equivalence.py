@@ -6,7 +6,7 @@ The gate, before anything is timed: the framework's first forward pass gives the
 give the NumPy losses and, for every parameter tensor and every step, the NumPy update
 (after - before). The gate's learning rate is its own, large enough that each update is far
 above the float32 rounding of the weights; the study's optimizer is swapped in afterwards and the
-weights reset. The step that is timed is checked too, after its first call: every tensor's update
+weights reset. The step that is timed is checked too, on its first two calls: every tensor's update
 by the study's own optimizer against the reference's (check_timed_step), and the types its
 products, weights and loss computed in, read from the framework (check_precision_ran).
 """
@@ -54,6 +54,13 @@ MAX_UPDATE_ERR = 2.0
 # the bfloat16 emulation allows up to 1.41 (docs/explanation/trustworthy.md). Other measured correct code:
 # 0.52, bfloat16 VGG-10's first dense layer in TensorFlow XLA and JAX; ResNet-50 in bfloat16: 0.32.
 DIRECTION_AT = 1.0
+# The timed step's first calls checked against the reference's (each call trains on batch 0 again, from
+# where the last left): the first shows the update rule, its rate and constants; the second what a first
+# step cannot (Adam's first step is lr * m / sqrt(v) = lr * sign(g) whatever its betas; SGD's momentum
+# starts from the first gradient), and LeNet's, the LSTM's and the MLP's gradients change by 11-85%
+# between the two, so an optimizer state made anew, gradients never zeroed, swapped betas or momentum
+# are 50 to 1000 times the second step's float32 allowance (studies/second_step.py).
+TIMED_CHECKED = 2
 # NumPy's float32 error is one draw of rounding. Another correct order of the same sums is another
 # draw, and where a step is not smooth (a ReLU input or a max-pool tie within rounding of its
 # switch, as in ResNet-50 at batch 2) draws differ many-fold: ResNet-50's 16.2.W in the gate's
@@ -305,9 +312,10 @@ def check_logits(what: str, got: np.ndarray, want: np.ndarray, allowance: float 
     return err
 
 
-def update_limit(name: str, emulated: float | None) -> float:
-    """How far a tensor's update may be from the reference's, relative to its norm: UPDATE_RTOL
-    plus SLACK times its emulated error in the precision, never past MAX_UPDATE_ERR (from
+def update_limit(name: str, emulated: float | None, rtol: float = UPDATE_RTOL) -> float:
+    """How far a tensor's update may be from the reference's, relative to its norm: `rtol`
+    (UPDATE_RTOL, or timed_rtol()) plus SLACK times its emulated error in the precision, never past
+    MAX_UPDATE_ERR (from
     DIRECTION_AT on, check_update also asks for the reference's direction). A running
     mean or variance is held to its own error alone, SLACK times the emulated one (at least one
     float32 rounding): its update is a batch statistic the framework computes as the reference
@@ -316,12 +324,34 @@ def update_limit(name: str, emulated: float | None) -> float:
     emulation (the distributed gate) the plain rule applies."""
     if emulated is not None and is_state(name):
         return min(SLACK * max(emulated, float(precision.UNIT_ROUNDOFF["float32"])), MAX_UPDATE_ERR)
-    return min(UPDATE_RTOL + SLACK * (emulated or 0.0), MAX_UPDATE_ERR)
+    return min(rtol + SLACK * (emulated or 0.0), MAX_UPDATE_ERR)
+
+
+def timed_rtol(opt: Optimizer, step: int) -> float:
+    """The floor of the timed step's allowance in its call `step`: UPDATE_RTOL for SGD; for Adam,
+    SLACK times how far the step moves, relative to itself, where a framework holds the rate and
+    the betas in float32 and makes the bias corrections 1 - beta^t from them in float32 (Keras,
+    MXNet and JAX do; PyTorch makes them in float64): float32's beta2 = 0.999 is 1.3e-8 off, which
+    is 1.3e-5 of 1 - beta2 and 6.4e-6 of the step (the LSTM's first Adam step measured 6.8e-6 off in
+    MXNet and TensorFlow, 8 times its emulated error), and each power past the first is rounded
+    once more. UPDATE_RTOL (1e-3) in its place hid AdamW's decay at Keras' default (4e-3 of the
+    rate, 6.8e-4 of LeNet's step)."""
+    if opt.name != "adam":
+        return UPDATE_RTOL
+    u = float(precision.UNIT_ROUNDOFF["float32"])
+
+    def correction(beta: float) -> float:  # relative error of 1 - beta^step made in float32
+        held = float(np.float32(beta))
+        return (step * beta ** (step - 1) * abs(held - beta) + (u * beta**step if step > 1 else 0.0)) / (
+            1 - beta**step)
+
+    rate = abs(float(np.float32(opt.lr)) - opt.lr) / opt.lr
+    return SLACK * (rate + correction(opt.beta1) + 0.5 * correction(opt.beta2))
 
 
 def check_update(
     case: Case, step: str, before: dict, after: dict, want_before: dict, want_after: dict,
-    emulated_error: dict | None = None, used: list[float] | None = None,
+    emulated_error: dict | None = None, used: list[float] | None = None, rtol: float = UPDATE_RTOL,
 ) -> float:
     """The worst relative error of one SGD step's update over the parameter tensors: each
     tensor's change (after - before) against NumPy's change, relative to the norm of NumPy's
@@ -340,7 +370,7 @@ def check_update(
         got = np.asarray(after[name], dtype=np.float64) - np.asarray(before[name], dtype=np.float64)
         want = ref_after - want_before[name]
         err = _relative(got, want, ref_after)
-        limit = update_limit(name, (emulated_error or {}).get(name))
+        limit = update_limit(name, (emulated_error or {}).get(name), rtol)
         if not err <= limit:
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in {step} differs from NumPy's by {err:.3g} of its norm, where {case.dtype} "
@@ -368,44 +398,144 @@ def optimizer_update(model: ModelSpec, params: dict, grads: dict, state: dict, o
                            "checked, so it is not timed")
 
 
-def _timed_update(name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool | None,
-                  eps_corrected: bool) -> tuple:
-    """The first timed step's pieces: the model, its optimizer's update as emulated_step() takes
-    it, and the float64 gradients and running statistics of batch 0 from the initial weights."""
+def _step_from(model: ModelSpec, params: dict, history: list[dict], state: dict, lstm_biases: int,
+               eps_corrected: bool) -> dict:
+    """The model's own optimizer's step number len(history) from `params`: its moments made from
+    the gradients of every step in `history`, the last of them this step's."""
+    moments: tuple = ({}, {})
+    for t, grads in enumerate(history, 1):
+        after, moments = optimizer_update(model, params, grads, state, model.optimizer, lstm_biases, eps_corrected,
+                                          moments, t)
+    return after
+
+
+@functools.lru_cache(maxsize=4)
+def _timed_trajectory_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool) -> tuple:
+    """The first TIMED_CHECKED calls of the timed step in float64, both running-variance conventions
+    (reference.UNBIASED_VAR): the parameters before the first and after each, and each step's
+    gradients and running statistics. Every call trains on batch 0, as the timed callable does."""
     model = catalogue.get(name)
-    initial, opt = initial_weights(model), model.optimizer
-    _, grads, state = _first_pass(name, batch, data_dir, unbiased_var)
-    update = lambda g, st: optimizer_update(model, initial, g[0], st, opt, lstm_biases, eps_corrected)[0]
-    return model, update, grads, state
+    x, y = datasets.batch(model, batch, data_dir)
+    params, history = [reference.with_conventions(initial_weights(model))], []
+    for t in range(TIMED_CHECKED):
+        _, grads, state = (_first_pass_both(name, batch, data_dir) if t == 0 else
+                           reference.loss_and_grads(model, params[-1], x.astype(np.float64), y, None))
+        history.append(grads)
+        params.append(_step_from(model, params[-1], history, state, lstm_biases, eps_corrected))
+    return params, history
 
 
-def timed_step_errors(
+def timed_steps_errors(
     name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
-) -> dict:
-    """Each tensor's update error in the first timed step when its pass runs in `dtype` and the
-    weights are stored as the framework stores them (its conditioning, measured as
-    emulated_errors() measures the gate's steps)."""
-    both = _timed_step_errors_both(name, batch, data_dir, lstm_biases, eps_corrected, dtype)
-    return reference.by_convention(both, unbiased_var)
+) -> tuple[dict, ...]:
+    """Each tensor's update error in each of the first TIMED_CHECKED timed steps when its passes run
+    in `dtype` and the weights are stored as the framework stores them, along the emulation's own
+    trajectory (its conditioning, measured as emulated_errors() measures the gate's steps)."""
+    both = _timed_steps_errors_both(name, batch, data_dir, lstm_biases, eps_corrected, dtype)
+    return tuple(reference.by_convention(errors, unbiased_var) for errors in both)
 
 
 @reference_store.kept(_spec)
-def _timed_step_errors_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool,
-                            dtype: str) -> dict:
-    model, update, grads, state = _timed_update(name, batch, data_dir, lstm_biases, None, eps_corrected)
-    return emulated_step(model, update, [datasets.batch(model, batch, data_dir)], [grads], state, None, dtype)[1]
+def _timed_steps_errors_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool,
+                             dtype: str) -> tuple[dict, ...]:
+    model = catalogue.get(name)
+    x, y = datasets.batch(model, batch, data_dir)
+    want, history = _timed_trajectory_both(name, batch, data_dir, lstm_biases, eps_corrected)
+    store, low = _stored(dtype), precision.rounder(dtype) is not None
+    errors = [dict.fromkeys(want[1], 0.0) for _ in history]
+    for draw in range(1 if low else DRAWS):
+        # Each path is where a correct framework may stand before the step, with the gradients its
+        # moments hold: the emulation's own, and (once, in the first draw) each end of the first
+        # step's spread: where another order puts the first step (an Adam element whose gradient is
+        # within rounding of zero moved the other way, a whole rate), the second step starts from
+        # there (MXNet's VGG-10 second step was 0.8% off on a conv bias from the own path alone).
+        paths: list[tuple[dict, list]] = [(want[0], [])]
+        for t in range(len(history)):
+            ahead = []
+            for params, before in paths:
+                _, grads, state = _run_in(dtype, model, params, x.astype(np.float64), y, None, draw)
+                low_history = [*before, _wide(grads)]
+                update = lambda hist, st, start=params: _step_from(model, start, hist, st, lstm_biases,
+                                                                   eps_corrected)
+                got, step, others = _step_errors(model.optimizer, update, history[:t + 1], low_history,
+                                                 _wide(state), params, want[t], want[t + 1], store, draw_all=low)
+                errors[t] = {k: max(errors[t][k], v) for k, v in step.items()}
+                ahead.append((got, low_history))
+                if draw == 0 and t == 0:
+                    ahead += others
+            paths = ahead
+    return tuple(errors)
 
 
 @functools.lru_cache(maxsize=8)
+def reference_timed_steps(
+    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
+) -> tuple[tuple[dict, dict, dict], ...]:
+    """For each of the first TIMED_CHECKED timed steps (the model's own optimizer on batch 0 from
+    the initial weights, in float64): the parameters (with running statistics) before it and after
+    it, and each tensor's update error in `dtype` (timed_steps_errors)."""
+    params, _ = _timed_trajectory_both(name, batch, data_dir, lstm_biases, eps_corrected)
+    params = [reference.by_convention(p, unbiased_var) for p in params]
+    errors = timed_steps_errors(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected, dtype)
+    return tuple((params[t], params[t + 1], errors[t]) for t in range(TIMED_CHECKED))
+
+
 def reference_timed_step(
     name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
 ) -> tuple[dict, dict]:
-    """The parameters (with running statistics) after the first timed step, the model's own
-    optimizer on batch 0 from the initial weights, in float64; and each tensor's update error
-    in `dtype` (timed_step_errors)."""
-    _, update, grads, state = _timed_update(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected)
-    errors = timed_step_errors(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected, dtype)
-    return update([grads], state), errors
+    """The parameters after the first timed step, in float64, and each tensor's update error in
+    `dtype` (reference_timed_steps' first)."""
+    _, after, errors = reference_timed_steps(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected,
+                                             dtype)[0]
+    return after, errors
+
+
+def _wide(tensors: dict) -> dict:
+    return {k: np.asarray(v, np.float64) for k, v in tensors.items()}
+
+
+def _stored(dtype: str):
+    """The weights as a framework stores them in `dtype`: float32, or (mixed precision, emulated)
+    float64 masters, exact."""
+    master = np.float64 if precision.rounder(dtype) is not None else np.float32
+    return lambda params: {k: v.astype(master).astype(np.float64) for k, v in params.items()}
+
+
+def _step_errors(opt: Optimizer, update, grads: list[dict], low_grads: list[dict], low_state: dict, start: dict,
+                 before: dict, after: dict, stored, draw_all: bool) -> tuple[dict, dict, list]:
+    """The emulated step from `start` that `update(low_grads, low_state)` makes, and each tensor's
+    update error against the float64 step from `before` to `after` (made from `grads`): its own,
+    and where the optimizer divides by the gradient (or `draw_all`, low precision) the other
+    orders' too; and those other orders' steps, each with the gradients it was made from."""
+    want = {k: after[k] - before[k] for k in after}
+    got = stored(update(low_grads, low_state))
+    errors = {k: _relative(got[k] - start[k], want[k], after[k]) for k in after}
+    others: list[tuple[dict, list]] = []
+    if opt.name == "sgd" and not draw_all:
+        return got, errors, others
+    # Another correct framework rounds elsewhere: each gradient element may lie up to twice
+    # the emulation's error on either side of the emulated one, and the step's allowance is the
+    # largest change of the update over that interval (its derivative is monotonic, the ends
+    # bound it). Under SGD the update is the gradient, its elements' errors add in quadrature
+    # over the tensor and the emulation's own are a fair draw. Adam divides each element by
+    # its own size, so an element near zero moves its whole step under an error that another
+    # order puts on it and NumPy's did not: there every element may be as far off as the
+    # tensor's worst (cuDNN's LSTM put a 0.Wx gradient element of 1.6e-9 at -8.3e-9, 30 times
+    # NumPy's float32 error on that element and within its 1.4e-8 on the tensor's worst; in
+    # bfloat16, TensorFlow XLA's LSTM step is 24% off on the last dense layer, 8 times what
+    # NumPy's own elements allowed), except where both make an exact 0 (a dead unit). A later
+    # step's moments hold every earlier step's gradients, each moved the same way.
+    for sign in (1.0, -1.0):
+        moved = []
+        for g, lg in zip(grads, low_grads, strict=True):
+            spread = {k: 2 * np.abs(lg[k] - g[k]) for k in g}
+            if opt.name != "sgd":
+                spread = {k: np.where((g[k] == 0) & (lg[k] == 0), 0.0, d.max()) for k, d in spread.items()}
+            moved.append({k: v + sign * spread[k] for k, v in lg.items()})
+        other = stored(update(moved, low_state))
+        errors = {k: max(errors[k], _change(other[k], got[k], want[k])) for k in after}
+        others.append((other, moved))
+    return got, errors, others
 
 
 def emulated_step(model: ModelSpec, update, batches: list, grads: list[dict], state: dict,
@@ -415,57 +545,48 @@ def emulated_step(model: ModelSpec, update, batches: list, grads: list[dict], st
     convention or both): `update(gradients, state)` makes it. Returns the float64 step and each
     tensor's update error when the passes run in `dtype` and the weights are stored as the
     framework stores them."""
-    initial, opt = initial_weights(model), model.optimizer
+    initial = initial_weights(model)
     if unbiased_var is None:
         initial = reference.with_conventions(initial)
     want = update(grads, state)
-    wide = lambda d: {k: np.asarray(v, np.float64) for k, v in d.items()}
     low = precision.rounder(dtype) is not None
-    master = np.float64 if low else np.float32
-    stored = lambda params: {k: v.astype(master).astype(np.float64) for k, v in params.items()}
     errors = dict.fromkeys(want, 0.0)
     for draw in range(1 if low else DRAWS):
         passes = [_run_in(dtype, model, initial, x.astype(np.float64), y, unbiased_var, draw) for x, y in batches]
-        low_grads, low_state = [wide(p[1]) for p in passes], wide(passes[0][2])
-        got = stored(update(low_grads, low_state))
-        errors = {k: max(errors[k], _relative(got[k] - initial[k], want[k] - initial[k], want[k])) for k in want}
-        if opt.name == "sgd" and not low:
-            continue
-        # Another correct framework rounds elsewhere: each gradient element may lie up to twice
-        # the emulation's error on either side of the emulated one, and the step's allowance is the
-        # largest change of the update over that interval (its derivative is monotonic, the ends
-        # bound it). Under SGD the update is the gradient, its elements' errors add in quadrature
-        # over the tensor and the emulation's own are a fair draw. Adam divides each element by
-        # its own size, so an element near zero moves its whole step under an error that another
-        # order puts on it and NumPy's did not: there every element may be as far off as the
-        # tensor's worst (cuDNN's LSTM put a 0.Wx gradient element of 1.6e-9 at -8.3e-9, 30 times
-        # NumPy's float32 error on that element and within its 1.4e-8 on the tensor's worst; in
-        # bfloat16, TensorFlow XLA's LSTM step is 24% off on the last dense layer, 8 times what
-        # NumPy's own elements allowed), except where both make an exact 0 (a dead unit).
-        for sign in (1.0, -1.0):
-            moved = []
-            for g, lg in zip(grads, low_grads, strict=True):
-                spread = {k: 2 * np.abs(lg[k] - g[k]) for k in g}
-                if opt.name != "sgd":
-                    spread = {k: np.where((g[k] == 0) & (lg[k] == 0), 0.0, d.max()) for k, d in spread.items()}
-                moved.append({k: v + sign * spread[k] for k, v in lg.items()})
-            other = stored(update(moved, low_state))
-            errors = {k: max(errors[k], _change(other[k], got[k], want[k] - initial[k])) for k in want}
+        _, step, _ = _step_errors(model.optimizer, update, grads, [_wide(p[1]) for p in passes], _wide(passes[0][2]),
+                               initial, initial, want, _stored(dtype), draw_all=low)
+        errors = {k: max(errors[k], v) for k, v in step.items()}
     return want, errors
 
 
 def check_timed_step(case: Case, native, before: dict, lowp: str, data_dir: str,
-                     used: list[float] | None = None) -> float:
-    """The step that is timed, checked after its first call: every tensor's update by the
-    study's own optimizer (Adam, SGD at the study's rate) against the reference's, within what
-    the precision allows. The gate's SGD steps prove the gradients; this proves the update rule,
-    its rate and its constants, which the gate's SGD never runs."""
-    model = catalogue.get(case.name)
-    opt = model.optimizer
-    want, allowed = reference_timed_step(case.name, case.p["batch"], data_dir, *conventions(case.name, native),
-                                         native.adam_eps_corrected, lowp)
-    step = f"the timed {opt.name} step (lr {opt.lr:g})"
-    return check_update(case, step, before, native.get_params(), initial_weights(model), want, allowed, used)
+                     used: list[float] | None = None, call: int = 1) -> float:
+    """The step that is timed, checked after its first call (`before`: the initial weights) or its
+    second (`call` 2, `before`: the weights after the first): every tensor's update by the study's
+    own optimizer (Adam, SGD at the study's rate) against the reference's, within what the
+    precision allows. The gate's SGD steps prove the gradients; the first call proves the update
+    rule, its rate and its constants, which the gate's SGD never runs; the second what only a later
+    step shows (Adam's betas, SGD's momentum, an optimizer state made anew or gradients never
+    zeroed between calls)."""
+    opt = catalogue.get(case.name).optimizer
+    want_before, want, allowed = reference_timed_steps(case.name, case.p["batch"], data_dir,
+                                                       *conventions(case.name, native), native.adam_eps_corrected,
+                                                       lowp)[call - 1]
+    step = f"the timed {opt.name} step (lr {opt.lr:g})" + ("" if call == 1 else f", call {call}")
+    return check_update(case, step, before, native.get_params(), want_before, want, allowed, used,
+                        timed_rtol(opt, call))
+
+
+def check_timed_calls(case: Case, native, step, lowp: str, data_dir: str, used: list[float] | None = None) -> float:
+    """The timed step's calls after its first (made and checked by the caller), up to
+    TIMED_CHECKED: each made by `step`, the timed callable itself, and checked against the
+    reference's. Returns the worst update error."""
+    worst = 0.0
+    for call in range(2, TIMED_CHECKED + 1):
+        before = native.get_params()
+        step()
+        worst = max(worst, check_timed_step(case, native, before, lowp, data_dir, used, call))
+    return worst
 
 
 def conventions(name: str, native) -> tuple[int, bool]:
@@ -568,8 +689,10 @@ def float32_twin(case: Case, backend: Backend, data_dir: str, used: list[float] 
         params = init_params(model)
         native.set_params(params)
         x, y = native.inputs(*datasets.batch(model, case.p["batch"], data_dir))
-        native.train_step(x, y, model.optimizer)()
+        step = native.train_step(x, y, model.optimizer)
+        step()
         check_timed_step(twin, native, params, "float32", data_dir, used)
+        check_timed_calls(twin, native, step, "float32", data_dir, used)
     else:
         x, _ = native.inputs(*datasets.batch(model, case.p["batch"], data_dir))
         logits = backend.to_numpy(native.infer(x)()).astype(np.float64)
@@ -604,6 +727,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
             loss_err = check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss, allowance,
                                   used)
             step_err = check_timed_step(case, native, params, lowp, data_dir, used)
+            step_err = max(step_err, check_timed_calls(case, native, call, lowp, data_dir, used))
             extra.update(check_precision_ran(case, native, x, y, lowp, result))
             return max(param_err, loss_err, step_err)
     else:
