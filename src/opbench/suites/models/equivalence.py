@@ -57,9 +57,9 @@ DIRECTION_AT = 1.0
 # The timed step's first calls checked against the reference's (each call trains on batch 0 again, from
 # where the last left): the first shows the update rule, its rate and constants; the second what a first
 # step cannot (Adam's first step is lr * m / sqrt(v) = lr * sign(g) whatever its betas; SGD's momentum
-# starts from the first gradient), and LeNet's, the LSTM's and the MLP's gradients change by 11-85%
-# between the two, so an optimizer state made anew, gradients never zeroed, swapped betas or momentum
-# are 50 to 1000 times the second step's float32 allowance (studies/second_step.py).
+# starts from the first gradient), and the models' gradients change by 11% (the MLP) to 85% (the LSTM)
+# and more between the two, so an optimizer state made anew, gradients never zeroed, swapped betas or
+# momentum are 136 to 3,500 times the second step's float32 allowance (studies/second_step.py).
 TIMED_CHECKED = 2
 # NumPy's float32 error is one draw of rounding. Another correct order of the same sums is another
 # draw, and where a step is not smooth (a ReLU input or a max-pool tie within rounding of its
