@@ -410,14 +410,15 @@ def _step_from(model: ModelSpec, params: dict, history: list[dict], state: dict,
 
 
 @functools.lru_cache(maxsize=4)
-def _timed_trajectory_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool) -> tuple:
-    """The first TIMED_CHECKED calls of the timed step in float64, both running-variance conventions
+def _timed_trajectory_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool,
+                           calls: int = TIMED_CHECKED) -> tuple:
+    """The first `calls` calls of the timed step in float64, both running-variance conventions
     (reference.UNBIASED_VAR): the parameters before the first and after each, and each step's
     gradients and running statistics. Every call trains on batch 0, as the timed callable does."""
     model = catalogue.get(name)
     x, y = datasets.batch(model, batch, data_dir)
     params, history = [reference.with_conventions(initial_weights(model))], []
-    for t in range(TIMED_CHECKED):
+    for t in range(calls):
         _, grads, state = (_first_pass_both(name, batch, data_dir) if t == 0 else
                            reference.loss_and_grads(model, params[-1], x.astype(np.float64), y, None))
         history.append(grads)
@@ -426,21 +427,22 @@ def _timed_trajectory_both(name: str, batch: int, data_dir: str, lstm_biases: in
 
 
 def timed_steps_errors(
-    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
+    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str,
+    calls: int = TIMED_CHECKED,
 ) -> tuple[dict, ...]:
-    """Each tensor's update error in each of the first TIMED_CHECKED timed steps when its passes run
+    """Each tensor's update error in each of the first `calls` timed steps when its passes run
     in `dtype` and the weights are stored as the framework stores them, along the emulation's own
     trajectory (its conditioning, measured as emulated_errors() measures the gate's steps)."""
-    both = _timed_steps_errors_both(name, batch, data_dir, lstm_biases, eps_corrected, dtype)
+    both = _timed_steps_errors_both(name, batch, data_dir, lstm_biases, eps_corrected, dtype, calls)
     return tuple(reference.by_convention(errors, unbiased_var) for errors in both)
 
 
 @reference_store.kept(_spec)
 def _timed_steps_errors_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool,
-                             dtype: str) -> tuple[dict, ...]:
+                             dtype: str, calls: int) -> tuple[dict, ...]:
     model = catalogue.get(name)
     x, y = datasets.batch(model, batch, data_dir)
-    want, history = _timed_trajectory_both(name, batch, data_dir, lstm_biases, eps_corrected)
+    want, history = _timed_trajectory_both(name, batch, data_dir, lstm_biases, eps_corrected, calls)
     store, low = _stored(dtype), precision.rounder(dtype) is not None
     errors = [dict.fromkeys(want[1], 0.0) for _ in history]
     for draw in range(1 if low else DRAWS):
@@ -469,24 +471,25 @@ def _timed_steps_errors_both(name: str, batch: int, data_dir: str, lstm_biases: 
 
 @functools.lru_cache(maxsize=8)
 def reference_timed_steps(
-    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
+    name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str,
+    calls: int = TIMED_CHECKED,
 ) -> tuple[tuple[dict, dict, dict], ...]:
-    """For each of the first TIMED_CHECKED timed steps (the model's own optimizer on batch 0 from
+    """For each of the first `calls` timed steps (the model's own optimizer on batch 0 from
     the initial weights, in float64): the parameters (with running statistics) before it and after
     it, and each tensor's update error in `dtype` (timed_steps_errors)."""
-    params, _ = _timed_trajectory_both(name, batch, data_dir, lstm_biases, eps_corrected)
+    params, _ = _timed_trajectory_both(name, batch, data_dir, lstm_biases, eps_corrected, calls)
     params = [reference.by_convention(p, unbiased_var) for p in params]
-    errors = timed_steps_errors(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected, dtype)
-    return tuple((params[t], params[t + 1], errors[t]) for t in range(TIMED_CHECKED))
+    errors = timed_steps_errors(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected, dtype, calls)
+    return tuple((params[t], params[t + 1], errors[t]) for t in range(calls))
 
 
 def reference_timed_step(
     name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str
 ) -> tuple[dict, dict]:
     """The parameters after the first timed step, in float64, and each tensor's update error in
-    `dtype` (reference_timed_steps' first)."""
+    `dtype` (reference_timed_steps' first, made alone: the data-parallel suite checks one call)."""
     _, after, errors = reference_timed_steps(name, batch, data_dir, lstm_biases, unbiased_var, eps_corrected,
-                                             dtype)[0]
+                                             dtype, 1)[0]
     return after, errors
 
 
