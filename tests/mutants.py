@@ -145,8 +145,7 @@ def _decoupled_decay(model: str, decay: float) -> Callable[[Params, Params, dict
     """AdamW for Adam: each step also moves every trained weight by -lr * decay * weight (Keras'
     AdamW defaults to a decay of 4e-3, PyTorch's to 1e-2)."""
     lr = catalogue.get(model).optimizer.lr
-    return lambda before, after, state: {**after, **{k: after[k] - lr * decay * before[k] for k in _trained_step(
-        before, after)}}
+    return lambda before, after, state: {k: v if is_state(k) else v - lr * decay * before[k] for k, v in after.items()}
 
 
 def _swap_lstm_bias_gates(params: Params) -> Params:
@@ -360,8 +359,9 @@ class _MutatedModel:
         return claimed(value) if claimed else value
 
     def train_step(self, x, y, optimizer):
-        timed = optimizer is catalogue.get(self._mutant.model).optimizer  # the gate's SGD is another
-        if self._mutant.optimizer and optimizer == catalogue.get(self._mutant.model).optimizer:
+        own = catalogue.get(self._mutant.model).optimizer
+        timed = optimizer is own  # the gate's SGD is another object, even where it equals the model's
+        if self._mutant.optimizer and optimizer == own:
             optimizer = self._mutant.optimizer(optimizer)
         if self._mutant.rebuilt and timed:
             def anew():
