@@ -86,3 +86,39 @@ def test_the_caps_environment_and_what_a_run_records():
     assert isa.host_has_avx512("flags\t: fpu avx2 avx512f\n") and not isa.host_has_avx512("flags\t: fpu avx2 fma\n")
     with pytest.raises(ValueError, match="unknown instruction set"):
         isa.environment("sse9")
+
+
+def test_a_capped_process_keeps_torch_compiles_kernels_beside_the_uncapped_ones():
+    env = isa.environment("avx2", {isa.INDUCTOR_CACHE: "/work/.cache/inductor/"})
+    assert env[isa.INDUCTOR_CACHE] == "/work/.cache/inductor-avx2"
+    assert isa.environment("avx", env)[isa.INDUCTOR_CACHE] == "/work/.cache/inductor-avx"  # not inductor-avx2-avx
+    assert isa.environment("avx2", env) == env
+    assert isa.environment("avx2", {})[isa.INDUCTOR_CACHE].endswith("torchinductor_opbench-avx2")
+
+
+# torch.compile's kernels, compared with eager torch, in a fresh process (the kernel cache is on disk)
+_COMPILED_RELU = """
+import torch
+x = torch.randn(256, 1024, generator=torch.Generator().manual_seed(0))
+got = torch.compile(lambda x: torch.relu(x) * 2 + 1)(x)
+print(float((got - (torch.relu(x) * 2 + 1)).abs().max()))
+"""
+
+
+@pytest.mark.skipif(not isa.host_has_avx512(), reason="this CPU has no AVX-512: capped and uncapped kernels are one")
+@pytest.mark.parametrize("order", [("", "avx2"), ("avx2", "")], ids=["uncapped-then-capped", "capped-then-uncapped"])
+def test_kernels_compiled_under_one_cap_are_never_served_to_another(order, tmp_path):
+    """torch 2.13's kernel cache keys leave the vector ISA out: with one folder, a kernel built
+    uncapped gave a capped process values 10.3 off, and one built capped crashed the uncapped
+    process. isa.environment keeps each cap's kernels apart, so both orders compute right."""
+    try:
+        frameworks.load("torch")
+    except frameworks.Unavailable as exc:
+        pytest.skip(str(exc))
+    base = {**os.environ, isa.INDUCTOR_CACHE: str(tmp_path / "inductor")}
+    for cap in order:
+        env = isa.environment(cap, base) if cap else base
+        done = subprocess.run([sys.executable, "-c", _COMPILED_RELU], env=env, check=False, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, f"{cap or 'uncapped'}: {done.stderr[-1500:]}"
+        assert float(done.stdout.split()[-1]) == 0.0, f"{cap or 'uncapped'} compiled relu is off: {done.stdout}"

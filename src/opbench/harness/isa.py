@@ -10,11 +10,12 @@ Each library that picks kernels by the CPU has its own switch, read when it load
 - OpenBLAS (NumPy, the reference): OPENBLAS_CORETYPE;
 - XLA (JAX, TensorFlow's jit_compile): the --xla_cpu_max_isa flag in XLA_FLAGS.
 
-`environment` adds them to an environment; `python -m opbench.harness.isa avx2 CMD...` runs a
-command under them. Whether each cap took effect is read from the library itself
-(tests/harness/test_isa_caps.py: oneDNN's verbose ISA line and kernel names, ATen's capability,
-OpenBLAS's core type, the FMA instructions in XLA's object code); MKL's verbose line names no
-instruction set on AMD CPUs, so there its cap is set but not shown. `in_force` reads the caps a
+`environment` adds them to an environment, with torch.compile's kernel cache in a folder of the
+cap's own (INDUCTOR_CACHE); `python -m opbench.harness.isa avx2 CMD...` runs a command under them.
+Whether each cap took effect is read from the library itself (tests/harness/test_isa_caps.py:
+oneDNN's verbose ISA line and kernel names, ATen's capability, OpenBLAS's core type, the FMA
+instructions in XLA's object code); MKL's verbose line names no instruction set on AMD CPUs, so
+there its cap is set but not shown. `in_force` reads the caps a
 process runs under, for the fingerprint of a saved run.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import tempfile
 from collections.abc import Mapping
 
 from opbench.harness.roofline import read_cpu
@@ -37,6 +39,12 @@ CAPS: dict[str, dict[str, str]] = {
 }
 XLA_FLAG = "--xla_cpu_max_isa"
 VARIABLES = tuple(k for k in CAPS["avx2"] if k != "xla")
+# torch.compile keeps its C++ kernels on disk under keys that leave out the vector ISA they were built
+# for (torch 2.13): a kernel built uncapped on an AVX-512 host is served to a capped process and computes
+# wrong values (relu * 2 + 1 off by 10.3), and one built capped crashes an uncapped process ("malloc():
+# unaligned tcache chunk detected"). So a capped process keeps its kernels in a folder of its own, beside
+# the uncapped one (docs/explanation/trustworthy.md).
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def environment(isa: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -49,7 +57,17 @@ def environment(isa: str, base: Mapping[str, str] | None = None) -> dict[str, st
     env.update({k: v for k, v in caps.items() if k != "xla"})
     flags = [f for f in shlex.split(env.get("XLA_FLAGS", "")) if not f.startswith(XLA_FLAG)]
     env["XLA_FLAGS"] = " ".join([*flags, f"{XLA_FLAG}={caps['xla']}"])
+    env[INDUCTOR_CACHE] = capped_cache(env.get(INDUCTOR_CACHE), isa)
     return env
+
+
+def capped_cache(folder: str | None, isa: str) -> str:
+    """The folder of torch.compile's kernels for a process capped at `isa`: beside `folder` (the
+    uncapped one: TORCHINDUCTOR_CACHE_DIR, or torch's default in the temporary folder), never in it."""
+    base = (folder or os.path.join(tempfile.gettempdir(), "torchinductor_opbench")).rstrip(os.sep)
+    for other in CAPS:  # a folder already capped stands for its uncapped one
+        base = base.removesuffix(f"-{other}")
+    return f"{base}-{isa}"
 
 
 def in_force(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -75,7 +93,8 @@ def main(argv: list[str]) -> int:
     env = environment(argv[0])
     caps = " ".join(f"{k}={v}" for k, v in in_force(env).items())
     note = "" if host_has_avx512() else " (this CPU has no AVX-512: its own kernels are already these)"
-    print(f"ISA capped at {argv[0].upper()}{note}: {caps}", flush=True)
+    print(f"ISA capped at {argv[0].upper()}{note}: {caps}; torch.compile's kernels in {env[INDUCTOR_CACHE]}",
+          flush=True)
     try:
         os.execvpe(argv[1], argv[1:], env)
     except OSError as exc:
