@@ -323,3 +323,23 @@ def test_a_call_after_the_timed_rounds_is_checked_as_the_first_was():
     with pytest.raises(prepare.CorrectnessError, match=r"after its timed rounds, .*differs from NumPy"):
         measure(bench, bound(WrongOnceWarm()))
     assert bench.calls == 1
+
+
+def test_a_call_after_the_timed_rounds_of_a_step_that_moves_state_gets_its_own_check():
+    """A training step moves the weights, so a later call is no repeat of the first: measure makes
+    the case's own check of one more call from where the rounds left it (after_rounds), untimed,
+    after the timed call and before anything else reads the case; its failure names the rounds."""
+    case = Case.model("mlp", "training", "numpy", 128)
+    order: list[str] = []
+
+    def after_rounds():
+        order.append("after rounds")
+        raise prepare.CorrectnessError("numpy eager mlp: the loss of the call after the timed rounds: 1 != NumPy 2")
+
+    prepared = prepare.Prepared(case, NumpyBackend(), lambda: order.append("timed"), lambda result: 0.0, None, 0.0,
+                                "-", after_rounds=after_rounds, after_timing=lambda: order.append("after timing"))
+    from opbench.suites import measure as measure_module
+
+    with pytest.raises(prepare.CorrectnessError, match=r"^after its timed rounds, numpy eager mlp: the loss of the"):
+        measure_module._time_and_check(FakeBenchmark(), case, prepared, State(Settings(threads=(2,))))
+    assert order == ["timed", "after rounds"]

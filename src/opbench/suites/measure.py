@@ -387,9 +387,11 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
     with PeakRSS() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
     threads_held(case, prepared.backend, state.threads, "after its timed rounds")
-    if prepared.repeatable:  # a call after the timed rounds, checked as the first was (untimed)
+    # a call after the timed rounds (untimed): checked as the first was, or from where the rounds left a step
+    after = prepared.after_rounds or ((lambda: prepared.verify(prepared.call())) if prepared.repeatable else None)
+    if after:
         try:
-            prepared.verify(prepared.call())
+            after()
         except CorrectnessError as exc:
             raise CorrectnessError(f"after its timed rounds, {exc}") from None
     timing = timing_of(benchmark)

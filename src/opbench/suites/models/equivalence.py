@@ -592,6 +592,93 @@ def check_timed_calls(case: Case, native, step, lowp: str, data_dir: str, used: 
     return worst
 
 
+def adam_bound(opt: Optimizer) -> float:
+    """The most one Adam step can move an element, in units of its rate, whatever the gradients
+    before it: |m_t| <= (1 - b1) sum b1^(t-i) |g_i|, and by Cauchy-Schwarz that sum is at most
+    sqrt(sum b2^(t-i) g_i^2 / (1 - b1^2 / b2)), so |m_t| / sqrt(v_t) <= (1 - b1) / sqrt((1 - b2)
+    (1 - b1^2 / b2)); the bias corrections multiply it by sqrt(1 - b2^t) / (1 - b1^t), below 1 from
+    the first step on at Adam's defaults (0.32 there, 1 in the limit; the largest over the steps is
+    taken for any betas), and epsilon only lowers it. 7.3 at Adam's defaults, where a step whose
+    gradients keep one sign moves about 1."""
+    t = np.arange(1.0, 1e5)
+    correction = max(1.0, float(np.max(np.sqrt(1 - opt.beta2**t) / (1 - opt.beta1**t))))
+    return correction * (1 - opt.beta1) / np.sqrt((1 - opt.beta2) * (1 - opt.beta1**2 / opt.beta2))
+
+
+def _after_rounds_reference(model: ModelSpec, before: dict, x: np.ndarray, y: np.ndarray, lstm_biases: int,
+                            unbiased_var: bool, lowp: str) -> tuple[float, dict, dict, Emulation]:
+    """At the weights the timed rounds left (`before`, the framework's own): the reference's loss
+    of batch (x, y) in training mode, its SGD step at the model's rate (the running statistics'
+    update under any optimizer), the gradients, and the same pass emulated in the case's precision
+    (each tensor's update error and the loss's; float32 over DRAWS roundings where the step is
+    SGD's, whose whole update is checked, once otherwise)."""
+    opt, low = model.optimizer, precision.rounder(lowp) is not None
+    wide = {k: np.asarray(v, np.float64) for k, v in before.items()}
+    x = x.astype(np.float64)
+    loss, grads, state = reference.loss_and_grads(model, wide, x, y, unbiased_var)
+    want = reference.sgd_update(model, wide, grads, state, opt.lr, lstm_biases)
+    master, floor = (np.float64, float(precision.UNIT_ROUNDOFF[lowp])) if low else (np.float32, 0.0)
+    updates: dict[str, float] = {}
+    loss_err = 0.0
+    for draw in range(1 if low or opt.name != "sgd" else DRAWS):
+        low_loss, low_grads, low_state = _run_in(lowp, model, wide, x, y, unbiased_var, draw)
+        got = reference.sgd_update(model, wide, _wide(low_grads), _wide(low_state), opt.lr, lstm_biases)
+        for k in want:
+            err = _relative(got[k].astype(master) - wide[k], want[k] - wide[k], want[k])
+            updates[k] = max(updates.get(k, 0.0), err, 0.0 if is_state(k) else floor)
+        loss_err = max(loss_err, abs(float(low_loss) - loss) / max(1.0, abs(loss)))
+    return loss, want, grads, Emulation(updates=(updates,), loss=(loss_err,))
+
+
+def check_after_rounds(case: Case, backend: Backend, native, call, x: np.ndarray, y: np.ndarray, lowp: str,
+                       used: list[float] | None = None) -> float:
+    """The timed step's next call after its timed rounds (untimed, made by the timed callable `call`
+    on batch (x, y), from wherever the rounds left the weights), as far as the reference can follow
+    it without their history: its loss is the reference's loss of the weights it started from,
+    within what the case's precision allows at those weights; every running statistic moves as the
+    reference's does; every weight stays finite; under SGD (no state) every trained tensor's update
+    is the reference's step from those weights; under Adam (whose moments come from every timed
+    call's gradients) no element moves more than adam_bound() times the rate, and a tensor the
+    reference's gradient moves does move. A step that goes wrong once warm (a stale loss, an update
+    skipped, applied twice or at a wrong rate) fails here. Returns the worst update error."""
+    model = catalogue.get(case.name)
+    opt = model.optimizer
+    what = f"{case.framework} {case.mode} {case.name}"
+    lstm_biases, unbiased_var = conventions(case.name, native)
+    before = native.get_params()
+    got_loss = scalar(backend, call())
+    after = native.get_params()
+    for name, value in after.items():
+        if not np.all(np.isfinite(value)):
+            raise CorrectnessError(f"{what}: parameter {name} is not finite after the timed rounds")
+    loss, want, grads, emulated = _after_rounds_reference(model, before, x, y, lstm_biases, unbiased_var, lowp)
+    check_loss(f"{what}: the loss of the call after the timed rounds", got_loss, loss,
+               loss_allowance(emulated, 0, loss, lowp), used)
+    step = f"the call after the timed rounds ({opt.name}, lr {opt.lr:g})"
+    if opt.name == "sgd":
+        return check_update(case, step, before, after, before, want, emulated.updates[0], used)
+    check_update(case, step, before, after, before, {k: v for k, v in want.items() if is_state(k)},
+                 emulated.updates[0], used)
+    scale = {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
+             if isinstance(layer, LSTM)}
+    u = float(precision.UNIT_ROUNDOFF["float32"])
+    limit = adam_bound(opt) * (1 + SLACK * u)  # the rate and the step held in float32
+    worst = 0.0
+    for name, g in grads.items():
+        new, old = np.asarray(after[name], np.float64), np.asarray(before[name], np.float64)
+        # less one rounding of the float32 weight it lands on
+        moved = np.maximum(np.abs(new - old) - u * np.abs(new), 0.0) / (opt.lr * scale.get(name, 1))
+        largest = float(np.max(moved, initial=0.0))
+        if not largest <= limit:
+            raise CorrectnessError(f"{what}: {step} moved an element of parameter {name} by {largest:.3g} times "
+                                   f"the rate, where Adam moves it at most {limit:.3g} times, whatever its history")
+        if np.any(g) and np.array_equal(new, old):
+            raise CorrectnessError(f"{what}: {step} left parameter {name} unchanged, where its gradient is not zero")
+        _note(used, largest, limit)
+        worst = max(worst, largest / limit)
+    return worst
+
+
 def conventions(name: str, native) -> tuple[int, bool]:
     """The framework's conventions that change the reference of this model: its LSTM bias count
     where the model has an LSTM, its running-variance estimator where it has batch norm. Frameworks
@@ -755,5 +842,7 @@ def prepare_model(case: Case, backend: Backend, data_dir: str = "") -> Prepared:
                         peak_memory=native.peak_memory, shares=used, least_flops=extra["least_flops"],
                         ceiling_dtype=lowp, repeatable=case.direction == "inference")
     if case.direction == "training":
+        prepared.after_rounds = lambda: check_after_rounds(case, backend, native, call, *datasets.batch(
+            model, batch, data_dir), lowp, used)
         prepared.after_timing = lambda: time_to_target(case, backend, native, params)
     return prepared

@@ -72,6 +72,9 @@ class Prepared:
     # training step, which moves the weights, nor a random draw): measure checks a call after the timed
     # rounds as it checked the first, so a call that goes wrong once warm is not reported
     repeatable: bool = False
+    # Where calls move state (a training step): a check of one more call after the timed rounds (untimed),
+    # from wherever they left it, which measure makes in place of the repeatable one
+    after_rounds: Callable[[], Any] | None = None
     shares: list[float] = field(default_factory=list)  # each checked quantity's error / its allowance
 
     @property
