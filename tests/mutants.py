@@ -70,6 +70,10 @@ class ModelMutant:
     native: Callable[[object, str], None] | None = None  # changes the built native model (framework-specific)
     timed_only: bool = False  # `update` acts on the timed step's calls only (the model's own optimizer)
     rebuilt: bool = False  # the timed step makes its optimizer anew at each call
+    # `update` acts from this call of the timed step on, the calls before it right: a path that goes wrong
+    # once warm, which only a call after the timed rounds shows (model_survives makes TIMED_ROUNDS of them)
+    warm: int = 0
+    stale_loss: bool = False  # from call `warm` on, the timed step returns the loss of the call before it
 
 
 def _relayered(fn: Callable[[object], object]) -> Callable[[ModelSpec], ModelSpec]:
@@ -131,6 +135,16 @@ def _momentum(before: Params, after: Params, state: dict) -> Params:
     step = _trained_step(before, after)
     buffer = state["buffer"] = {k: 0.9 * state["buffer"][k] + v for k, v in step.items()} if state else step
     return {**after, **{k: before[k] + v for k, v in buffer.items()}}
+
+
+def _trained(params: Params) -> Params:
+    return {k: v for k, v in params.items() if not is_state(k)}
+
+
+def _scaled(factor: float) -> Callable[[Params, Params, dict], Params]:
+    """Each trained tensor moved `factor` times as far as the real step moved it."""
+    return lambda before, after, state: {**after, **{k: before[k] + factor * v
+                                                     for k, v in _trained_step(before, after).items()}}
 
 
 def _never_zeroed(before: Params, after: Params, state: dict) -> Params:
@@ -205,6 +219,38 @@ def _one_layer_in_float32(native, framework: str) -> None:
         raise _unbuilt(framework, "amp on part of the network")
 
 
+def _last_layer_in_float32_in_training(native, framework: str) -> None:
+    """LeNet's last dense layer computes in float32 in training only (its inference pass, which a
+    watch of inference alone would read, stays in bfloat16): PyTorch's last layer outside autocast
+    when the module trains, and in JAX the training loss alone with that layer's weights uncast.
+    Keras' dtype policy is one for both passes, so it has no such layer to build."""
+    last = str(len(native.spec.layers) - 1)
+    if framework == "torch":
+        import torch
+
+        module = native._leaves[last]
+        real = module.forward
+
+        def forward(x):
+            if not module.training:
+                return real(x)
+            with torch.autocast("cpu", enabled=False):
+                return real(x.float())
+
+        module.forward = forward
+    elif framework == "jax":
+        from opbench.frameworks.jax import models
+
+        def masters_for_last(params, x):
+            cast, x = models._cast(params, x, native._amp)
+            return {**cast, **{k: v for k, v in params.items() if k.startswith(f"{last}.")}}, x
+
+        native._loss = lambda params, x, y: models.cross_entropy(native.spec, *masters_for_last(params, x), y)
+    else:
+        raise frameworks.Unavailable(f"{framework}: a layer's type is one for training and inference (its dtype "
+                                     "policy), so a layer in float32 in training only is not built")
+
+
 def _float16_autocast(native, framework: str) -> None:
     """float16 where the CPU's low precision is bfloat16."""
     if framework == "torch":
@@ -224,31 +270,45 @@ def _float16_autocast(native, framework: str) -> None:
         raise _unbuilt(framework, "float16 for bfloat16")
 
 
-def _low_precision_loss(native, framework: str) -> None:
-    """The cross-entropy of the bfloat16 logits, in bfloat16 (no cast to float32 first)."""
-    if framework == "torch":
-        import torch.nn.functional as F
+def _low_precision_loss(cast_back: bool):
+    """The cross-entropy of the bfloat16 logits, in bfloat16 (no cast to float32 first); with
+    `cast_back`, the loss then cast to float32, so that its own type says float32."""
 
-        native._loss = lambda x, y: F.cross_entropy(native._logits(x), y)
-    elif framework == "tensorflow":
-        import tensorflow as tf
+    def mutate(native, framework: str) -> None:
+        if framework == "torch":
+            import torch.nn.functional as F
 
-        native._loss = lambda logits, y: tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-    elif framework == "jax":
-        import jax
-        import jax.numpy as jnp
+            def loss_of(x, y):
+                loss = F.cross_entropy(native._logits(x), y)
+                return loss.float() if cast_back else loss
 
-        from opbench.frameworks.jax import models
+            native._loss_of = loss_of
+        elif framework == "tensorflow":
+            import tensorflow as tf
 
-        def loss(params, x, y):
-            state: dict = {}
-            cast, x = models._cast(params, x, native._amp)
-            logp = jax.nn.log_softmax(models._sequence(native.spec.layers, cast, "", x, True, state))
-            return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), state
+            def loss_of(logits, y):
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+                return tf.cast(loss, tf.float32) if cast_back else loss
 
-        native._loss = loss
-    else:
-        raise _unbuilt(framework, "a low-precision loss")
+            native._loss = loss_of
+        elif framework == "jax":
+            import jax
+            import jax.numpy as jnp
+
+            from opbench.frameworks.jax import models
+
+            def loss(params, x, y):
+                state: dict = {}
+                cast, x = models._cast(params, x, native._amp)
+                logp = jax.nn.log_softmax(models._sequence(native.spec.layers, cast, "", x, True, state))
+                value = -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+                return (value.astype(jnp.float32) if cast_back else value), state
+
+            native._loss = loss
+        else:
+            raise _unbuilt(framework, "a low-precision loss")
+
+    return mutate
 
 
 MODEL_MUTANTS = (
@@ -289,6 +349,21 @@ MODEL_MUTANTS = (
     ModelMutant("AdamW for Adam", "model training", "lenet",
                 "the timed step decays the weights as Keras' AdamW does by default (4e-3 of the rate)",
                 update=_decoupled_decay("lenet", 4e-3), timed_only=True),
+    ModelMutant("update skipped once warm (Adam)", "model training", "lenet",
+                "from its third call the timed step computes the loss and gradients but updates nothing",
+                update=lambda before, after, state: {**after, **_trained(before)}, timed_only=True, warm=3),
+    ModelMutant("update skipped once warm (SGD)", "model training", "mlp",
+                "from its third call the timed step computes the loss and gradients but updates nothing",
+                update=lambda before, after, state: {**after, **_trained(before)}, timed_only=True, warm=3),
+    ModelMutant("stale loss once warm", "model training", "lenet",
+                "from its third call the timed step trains but returns the loss of the call before",
+                timed_only=True, warm=3, stale_loss=True),
+    ModelMutant("Adam at 10x the rate once warm", "model training", "lenet",
+                "from its third call the timed step's Adam moves ten times as far (a rate read from a "
+                "recompiled graph's stale constant)", update=_scaled(10.0), timed_only=True, warm=3),
+    ModelMutant("SGD update applied twice once warm", "model training", "resnet20",
+                "from its third call the timed step applies its SGD update twice", update=_scaled(2.0),
+                timed_only=True, warm=3),
     ModelMutant("SGD at 10x the rate", "model training", "mlp",
                 "the timed step's SGD at ten times the model's rate (the gate's SGD is at its own rate)",
                 optimizer=lambda opt: dataclasses.replace(opt, lr=10 * opt.lr)),
@@ -308,7 +383,13 @@ MODEL_MUTANTS = (
                 "autocast to float16 on a CPU whose amp type is bfloat16", precision="amp",
                 native=_float16_autocast),
     ModelMutant("low-precision loss", "model training", "lenet",
-                "softmax cross-entropy computed in bfloat16", precision="amp", native=_low_precision_loss),
+                "softmax cross-entropy computed in bfloat16", precision="amp", native=_low_precision_loss(False)),
+    ModelMutant("low-precision loss cast back", "model training", "lenet",
+                "softmax cross-entropy computed in bfloat16, the loss then cast to float32 (its own type says "
+                "float32)", precision="amp", native=_low_precision_loss(True)),
+    ModelMutant("last layer in float32 in training only", "model training", "lenet",
+                "the last dense layer computes in float32 when it trains, in bfloat16 in inference",
+                precision="amp", native=_last_layer_in_float32_in_training),
     ModelMutant("batch-norm epsilon changed (amp training)", "model training", "resnet20",
                 "Keras' default epsilon (1e-3) where the model says 1e-5, trained under amp",
                 spec=_batch_norms(eps=lambda bn: 1e-3), precision="amp"),
@@ -369,15 +450,20 @@ class _MutatedModel:
 
             return anew
         step = self._native.train_step(x, y, optimizer)
-        if self._mutant.update is None or (self._mutant.timed_only and not timed):
+        if not (self._mutant.update or self._mutant.stale_loss) or (self._mutant.timed_only and not timed):
             return step
         state = {} if self._mutant.timed_only else self._state
+        calls: list = []  # each call's loss
 
         def call():
             before = self._native.get_params()
             loss = step()
-            self._native.set_params(self._mutant.update(before, self._native.get_params(), state))
-            return loss
+            calls.append(loss)
+            if len(calls) < self._mutant.warm:
+                return loss
+            if self._mutant.update:
+                self._native.set_params(self._mutant.update(before, self._native.get_params(), state))
+            return calls[-2] if self._mutant.stale_loss else loss
 
         return call
 
@@ -393,7 +479,7 @@ def applied(mutant: ModelMutant, backend) -> Iterator[None]:
                       mutant.built_in or precision, mode)
         if mutant.native and precision != "float32":  # the amp build, not its float32 twin
             mutant.native(native, backend.name)
-        mutated = mutant.update or mutant.optimizer or mutant.claims or mutant.rebuilt
+        mutated = mutant.update or mutant.optimizer or mutant.claims or mutant.rebuilt or mutant.stale_loss
         return _MutatedModel(native, mutant) if mutated else native
 
     backend.build = build
@@ -409,6 +495,9 @@ def model_case(framework: str, name: str, direction: str, profile: str = "quick"
     return Case.model(name, direction, framework, batch, precision=precision)
 
 
+TIMED_ROUNDS = 3  # the timed calls model_survives makes after the checked ones, as a short benchmark would
+
+
 def model_survives(mutant: ModelMutant, framework: str) -> str | None:
     """None when the gate catches the mutant; otherwise what the gate accepted."""
     backend = frameworks.load(framework)
@@ -419,6 +508,10 @@ def model_survives(mutant: ModelMutant, framework: str) -> str | None:
         try:
             prepared = prepare_model(case, backend)
             err = prepared.verify(prepared.call())
+            if prepared.after_rounds:  # the timed rounds (a few calls), then the check of the call after them
+                for _ in range(TIMED_ROUNDS):
+                    prepared.call()
+                err = max(err, prepared.after_rounds())
         except CorrectnessError:
             return None
     return f"passed with recorded error {err:.3g}"

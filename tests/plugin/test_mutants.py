@@ -25,11 +25,12 @@ def _assert_caught(survives, mutant, framework: str, gate: str) -> None:
 # precision (eager JAX compiles every primitive, and make test gates JAX's amp in jit): a mutant at the full
 # profile's batch is the second variant of its quick twin (the float64 reference of a batch-128 ResNet-20
 # is a minute on 2 cores), and make test-rest and make test-full run the rest.
-# The timed step's second call and its Adam floor are framework-neutral checks of what each framework's
-# own trainer does: make test runs their mutants in the first framework (85 s in all four on 2 cores),
-# make test-rest in every one.
+# The timed step's second call, its Adam floor and the call after its timed rounds are framework-neutral
+# checks of what each framework's own trainer does: make test runs their mutants in the first framework
+# (the second call's: 85 s in all four on 2 cores), make test-rest in every one.
 SECOND_CALL = ("Adam betas swapped", "Adam made anew each call", "SGD with momentum", "gradients never zeroed",
-               "AdamW for Adam")
+               "AdamW for Adam", "update skipped once warm (Adam)", "update skipped once warm (SGD)",
+               "stale loss once warm", "Adam at 10x the rate once warm", "SGD update applied twice once warm")
 
 
 def _model_params():

@@ -179,6 +179,19 @@ def _equations(jaxpr):
                     yield from _equations(inner)
 
 
+def _after_products(program) -> set[str]:
+    """The types of the softmax's exponentials and logarithms after the program's last product: in
+    the training loss, the cross-entropy of the logits (the dense layer's bias is added after its
+    product, in the products' type, before the cast to float32)."""
+    types: set[str] = set()
+    for eqn in _equations(program.jaxpr):
+        if eqn.primitive.name in _PRODUCTS:
+            types = set()
+        elif eqn.primitive.name in ("exp", "log", "log1p", "exp2"):
+            types |= {str(v.aval.dtype) for v in eqn.outvars}
+    return types or {"not observed"}
+
+
 class JaxModel(NativeModel):
     """`amp`: the low-precision type of mixed precision (float32 master weights, products and
     activations in `amp`), None for float32. float16 scales the loss by precision.LOSS_SCALE
@@ -217,6 +230,7 @@ class JaxModel(NativeModel):
                 for what, jaxpr in programs.items()
                 for i, eqn in enumerate(e for e in _equations(jaxpr.jaxpr) if e.primitive.name in _PRODUCTS)}
         seen["weights"] = ",".join(sorted({str(v.dtype) for k, v in self.params.items() if not is_state(k)}))
+        seen["cross-entropy"] = ",".join(sorted(_after_products(jax.make_jaxpr(self._loss)(self.params, x, y))))
         return seen
 
     def inputs(self, x, y):

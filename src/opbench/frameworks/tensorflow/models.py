@@ -117,7 +117,17 @@ class TensorflowModel(NativeModel):
         its inputs and weights before the product (Keras has no hooks on a built layer's call)."""
         seen = {path: self._leaves[path].compute_dtype for path in self.compute_layers()}
         seen["weights"] = ",".join(sorted({precision.dtype_name(v.dtype) for v in self.net.trainable_variables}))
+        seen["cross-entropy"] = ",".join(sorted(self._loss_types(y)))
         return seen
+
+    def _loss_types(self, y) -> set[str]:
+        """The floating types of every op of the training loss as traced (tf.function) on logits of
+        the last layer's type: the cross-entropy, from the logits (a placeholder) to the loss."""
+        last = self.net.layers[-1]
+        logits = tf.TensorSpec((y.shape[0], self.spec.classes), tf.as_dtype(last.compute_dtype))
+        graph = tf.function(self._loss).get_concrete_function(logits, tf.TensorSpec(y.shape, y.dtype)).graph
+        return {precision.dtype_name(t.dtype) for op in graph.get_operations() if op.type != "Placeholder"
+                for t in op.outputs if t.dtype.is_floating} or {"not observed"}
 
     def inputs(self, x, y):
         if x.ndim == 4 and self._format == "NHWC":

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from opbench.workloads.models import precision
 from opbench.workloads.models.native import NativeModel, out_in_slots
@@ -96,6 +97,28 @@ def torch_optimizer(params, optimizer: Optimizer) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=optimizer.lr, betas=(optimizer.beta1, optimizer.beta2), eps=optimizer.eps)
 
 
+class _AfterProducts(TorchDispatchMode):
+    """The floating types of every op's results after the last product (a matrix product or a
+    convolution) of the ops it sees: in a training pass, from the logits to the loss."""
+
+    PRODUCTS = ("mm", "addmm", "bmm", "matmul", "linear", "convolution", "mkldnn_convolution", "mkldnn_rnn_layer",
+                "_thnn_fused_lstm_cell", "lstm")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.types: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__.lstrip("_") in (p.lstrip("_") for p in self.PRODUCTS):
+            self.types = set()
+        else:
+            results = out if isinstance(out, (tuple, list)) else (out,)
+            self.types |= {precision.dtype_name(r.dtype) for r in results
+                           if isinstance(r, torch.Tensor) and r.is_floating_point()}
+        return out
+
+
 class TorchModel(NativeModel):
     """`amp`: the low-precision type of torch.autocast (mixed precision), None for float32. Under
     float16 a GradScaler scales the loss (precision.LOSS_SCALE to start, dynamic after)."""
@@ -110,35 +133,50 @@ class TorchModel(NativeModel):
         self.net = _sequence(spec.layers, spec.input_shape, "", self._leaves).to(device=torch_device, dtype=torch_dtype)
         self.set_params(params)
         self._forward = compile_fn(self._logits)
-        self._loss = compile_fn(lambda x, y: F.cross_entropy(self._logits(x).float(), y))
+        # The training loss, uncompiled: looked up when the step runs or is traced (a test's mutant replaces
+        # it), and what product_dtypes watches over a training pass
+        self._loss_of = lambda x, y: F.cross_entropy(self._logits(x).float(), y)
+        self._loss = compile_fn(lambda x, y: self._loss_of(x, y))  # noqa: PLW0108 (looked up when traced)
 
     def _logits(self, x):
         with torch.autocast(torch.device(self._dev).type, self._amp, enabled=self._amp is not None):
             return self.net(x)
 
     def product_dtypes(self, x, y):
-        """Forward hooks on the product layers over one inference pass of the uncompiled forward,
-        under the model's own autocast (a compiled graph does not call hooks): the type each
-        layer's output came out in."""
+        """Forward hooks on the product layers over one inference pass of the uncompiled forward and
+        one training pass of the uncompiled loss, under the model's own autocast (a compiled graph
+        does not call hooks): the type each layer's output came out in, in each pass ("PATH in
+        training"); and every type the training pass computed in after its last product, from the
+        logits to the loss (the cross-entropy, watched op by op in a TorchDispatchMode). The
+        training pass leaves batch norm's running statistics as they were."""
         seen: dict[str, str] = {}
+        when = [""]
 
         def record(path):
             def hook(module, args, out):
                 out = out[0] if isinstance(out, tuple) else out
-                seen[path] = precision.dtype_name(out.dtype)
+                seen[path + when[0]] = precision.dtype_name(out.dtype)
 
             return hook
 
         hooks = [self._leaves[path].register_forward_hook(record(path)) for path in self.compute_layers()]
         training = self.net.training
+        kept = {name: b.clone() for name, b in self.net.named_buffers()}
         try:
             self._mode(False)  # inference: batch norm's running statistics stay as they are
             with torch.no_grad():
                 self._logits(x)
+            when[0] = " in training"
+            self._mode(True)
+            with torch.no_grad(), _AfterProducts() as after:
+                self._loss_of(x, y)
         finally:
             for h in hooks:
                 h.remove()
+            for name, b in self.net.named_buffers():
+                b.copy_(kept[name])
             self._mode(training)
+        seen["cross-entropy"] = ",".join(sorted(after.types)) or "not observed"
         seen["weights"] = ",".join(sorted({precision.dtype_name(p.dtype) for p in self.net.parameters()}))
         return seen
 

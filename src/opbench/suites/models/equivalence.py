@@ -743,21 +743,30 @@ def time_to_target(case: Case, backend: Backend, native, params: dict) -> dict:
 def check_precision_ran(case: Case, native, x, y, lowp: str, loss=None) -> dict:
     """What ran against what the precision promises, read from the framework
     (NativeModel.product_dtypes: hooks, dtype policies, the traced program), not from the label:
-    every product (dense, convolution, LSTM layer) in `lowp`, the trained weights float32 masters,
-    the loss float32. Raises CorrectnessError naming the layer and the type; returns the
+    every product (dense, convolution, LSTM layer) in `lowp`, in inference and where the framework
+    shows it in training, the trained weights float32 masters, the cross-entropy of the logits
+    computed in float32 (every type from the last product to the loss, where the framework shows
+    it; a loss cast back to float32 after a bfloat16 cross-entropy shows bfloat16 there), and the
+    loss float32. Raises CorrectnessError naming the layer and the type; returns the
     extra_info entries: compute_dtype (as observed) and compute_types (everything seen)."""
     what = f"{case.framework} {case.mode} {case.name} ({case.dtype})"
     seen = native.product_dtypes(x, y)
     if seen is None:
         return {"compute_dtype": lowp, "compute_types": f"not observed: the label ({case.framework} cannot say)"}
     weights, kinds = seen.pop("weights", "float32"), native.compute_layers()
+    entropy = seen.pop("cross-entropy", None)
     for where, dtype in seen.items():
         if dtype != lowp:
-            layer = f"layer {where} ({kinds[where]})" if where in kinds else where
+            path, _, when = where.partition(" ")
+            layer = f"layer {path} ({kinds[path]}){' ' + when if when else ''}" if path in kinds else where
             raise CorrectnessError(f"{what}: {layer} computed in {dtype}, not {lowp}")
     if weights != "float32":
         raise CorrectnessError(f"{what}: the trained weights are {weights}, not float32 masters")
+    if entropy is not None and entropy != "float32":
+        raise CorrectnessError(f"{what}: the cross-entropy of the logits computes in {entropy}, not float32")
     seen["weights"] = weights
+    if entropy is not None:
+        seen["cross-entropy"] = entropy
     if loss is not None:
         seen["loss"] = precision.dtype_name(loss.dtype)
         if seen["loss"] != "float32":

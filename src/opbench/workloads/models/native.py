@@ -61,8 +61,10 @@ class NativeModel(abc.ABC):
 
     def product_dtypes(self, x: Any, y: Any) -> dict[str, str] | None:
         """What ran, read from the framework, not from the label: the type each product of the
-        model (a dense, convolution or LSTM layer, by its path; or the traced program's products
-        in order) computed in, and "weights": the type of the trained variables. Nothing it does
+        model (a dense, convolution or LSTM layer, by its path, "PATH in training" where a training
+        pass is watched as well; or the traced program's products in order) computed in, "weights":
+        the type of the trained variables, and "cross-entropy": every type computed in from the last
+        product to the loss (comma-separated), where the framework can show it. Nothing it does
         may change the model's state. None where the framework cannot say."""
         return None
 
