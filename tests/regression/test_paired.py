@@ -201,6 +201,9 @@ class FakeWorker:
             times = list(t * np.exp(self.rng.normal(0, 0.005, request["rounds"])))
             return {"ok": True, "times": times, "wall": sum(times), "cpu_per_call": t, "wall_per_call": t,
                     "steal": 0, "switches": 0}
+        if cmd == "check":  # the call after the bursts: wrong where `after` says so
+            outcome = w.get("after", {}).get(self.current, "ready")
+            return {"ok": True, "outcome": outcome, "message": f"after its bursts, {outcome} once warm"}
         return {"ok": True}
 
     def close(self) -> None:
@@ -714,3 +717,17 @@ def test_an_interrupted_gate_keeps_what_it_decided_marked_incomplete(tmp_path, m
     log = json.loads((folder / "paired.json").read_text())
     assert log["complete"] is False and log["stage"] == ["confirm", 2, 10]
     assert load_run(folder / "candidate.json").interrupted
+
+
+def test_a_call_that_goes_wrong_after_the_bursts_is_a_correctness_change_not_a_timing(tmp_path):
+    """After a benchmark's bursts each side checks one more call (worker.check, as a run checks the
+    call after its timed rounds): a candidate wrong there is worse, whatever its times said, and the
+    timings of that benchmark are no verdict."""
+    gate = run_fake(tmp_path, {"baseline": {}, "candidate": {"after": {IDS[1]: "wrong"}}})
+    result = decisions.comparison(gate)
+    assert result.failed and not result.broken and len(result.rows) == 2
+    assert result.worse == [f"{IDS[1]}: baseline: passes; candidate: after its bursts, wrong once warm"]
+    for w in (w for w in FakeWorker.started if "burst" in w.asked):  # every benchmark timed is checked after its
+        pairs = list(zip(w.asked, w.asked[1:], strict=False))  # last burst, before its release
+        assert ("burst", "release") not in pairs and ("burst", "check") in pairs
+        assert all(after == "release" for cmd, after in pairs if cmd == "check")

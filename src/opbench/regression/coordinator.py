@@ -447,6 +447,13 @@ class PairedGate:
                 extra += 1  # another trial in its place; the flagged one stays in the log
             else:
                 clean += 1
+        if not rec.kind:  # the call after its bursts, checked on both sides: a path wrong once warm is no timing
+            checked = pair.ask_both({"cmd": "check"}, plan.timeout_s)
+            if any(not reply.get("ok") for reply in checked.values()):
+                errors = (f"{side}: {reply.get('error')}" for side, reply in checked.items() if not reply.get("ok"))
+                self._set(i, "failed", "; ".join(errors))
+            elif any(reply.get("outcome") == "wrong" for reply in checked.values()):
+                self._correctness(i, {s: {**checked[s], "extra_info": {}, "known": rec.known.get(s)} for s in SIDES})
         pair.ask_both({"cmd": "release"}, plan.timeout_s)
 
     def _prepare(self, pair: Pair, i: str) -> bool:

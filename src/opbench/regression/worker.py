@@ -160,6 +160,21 @@ class Worker:
         return {"ok": True, "times": times, "wall": wall, "cpu_per_call": cpu / (loops * rounds),
                 "wall_per_call": wall / (loops * rounds), "steal": steal, "switches": switches}
 
+    def check(self) -> dict:
+        """The call after the current benchmark's bursts, checked as a run checks the call after its
+        timed rounds (measure.check_after_rounds): outcome wrong, with the check's line, where it
+        fails; ready where it passes."""
+        if self.current is None:
+            return {"ok": False, "error": "check before a successful prepare"}
+        from opbench.suites.measure import check_after_rounds
+        from opbench.suites.ops.prepare import CorrectnessError
+
+        try:
+            check_after_rounds(self.current[2].prepared, "its bursts")
+        except CorrectnessError as exc:
+            return {"ok": True, "outcome": "wrong", "message": one_line(exc)}
+        return {"ok": True, "outcome": "ready"}
+
     def release(self) -> dict:
         if self.current is not None:
             from opbench.harness.allocator import release
@@ -177,6 +192,7 @@ class Worker:
             "threads": lambda: self.threads(request["id"]),
             "prepare": lambda: self.prepare(request["id"]),
             "burst": lambda: self.burst(int(request["loops"]), int(request["rounds"])),
+            "check": self.check,
             "release": self.release,
         }
         cmd = request.get("cmd")

@@ -379,6 +379,20 @@ def breakdown(case, backend, call, level: str, team: int = 1) -> dict[str, Any]:
         return {"error": message}
 
 
+def check_after_rounds(prepared, after: str = "its timed rounds") -> None:
+    """One more call after the timed rounds (or the paired gate's bursts), untimed: checked as the
+    first was where every call gives the same result, or by the case's own check from where the
+    rounds left a step that moves state (Prepared.after_rounds). Raises CorrectnessError, saying
+    it came after them."""
+    check = prepared.after_rounds or ((lambda: prepared.verify(prepared.call())) if prepared.repeatable else None)
+    if check is None:
+        return
+    try:
+        check()
+    except CorrectnessError as exc:
+        raise CorrectnessError(f"after {after}, {exc}") from None
+
+
 def _time_and_check(benchmark, case, prepared, state) -> None:
     if case.is_model:  # peak_rss_bytes: count this model's memory, not what earlier ones freed
         from opbench.harness.allocator import release
@@ -387,13 +401,7 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
     with PeakRSS() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
     threads_held(case, prepared.backend, state.threads, "after its timed rounds")
-    # a call after the timed rounds (untimed): checked as the first was, or from where the rounds left a step
-    after = prepared.after_rounds or ((lambda: prepared.verify(prepared.call())) if prepared.repeatable else None)
-    if after:
-        try:
-            after()
-        except CorrectnessError as exc:
-            raise CorrectnessError(f"after its timed rounds, {exc}") from None
+    check_after_rounds(prepared)
     timing = timing_of(benchmark)
     if timing is None:
         return
