@@ -613,7 +613,7 @@ def _after_rounds_reference(model: ModelSpec, before: dict, x: np.ndarray, y: np
     (each tensor's update error and the loss's; float32 over DRAWS roundings where the step is
     SGD's, whose whole update is checked, once otherwise)."""
     opt, low = model.optimizer, precision.rounder(lowp) is not None
-    wide = {k: np.asarray(v, np.float64) for k, v in before.items()}
+    wide = _wide(before)
     x = x.astype(np.float64)
     loss, grads, state = reference.loss_and_grads(model, wide, x, y, unbiased_var)
     want = reference.sgd_update(model, wide, grads, state, opt.lr, lstm_biases)
@@ -659,8 +659,7 @@ def check_after_rounds(case: Case, backend: Backend, native, call, x: np.ndarray
         return check_update(case, step, before, after, before, want, emulated.updates[0], used)
     check_update(case, step, before, after, before, {k: v for k, v in want.items() if is_state(k)},
                  emulated.updates[0], used)
-    scale = {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
-             if isinstance(layer, LSTM)}
+    scale = reference.update_scale(model, lstm_biases)
     u = float(precision.UNIT_ROUNDOFF["float32"])
     limit = adam_bound(opt) * (1 + SLACK * u)  # the rate and the step held in float32
     worst = 0.0

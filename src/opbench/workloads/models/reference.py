@@ -304,11 +304,18 @@ def sgd_step(
     return loss, sgd_update(model, params, grads, state, lr, lstm_biases)
 
 
+def update_scale(model: ModelSpec, lstm_biases: int) -> dict[str, int]:
+    """How many times an optimizer's update each canonical tensor moves, where not once: a
+    framework that trains `lstm_biases` bias vectors per LSTM gate set, each given the full
+    gradient, moves their sum (the canonical bias) that many times as far."""
+    return {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
+            if isinstance(layer, LSTM)}
+
+
 def sgd_update(model: ModelSpec, params: dict, grads: dict, state: dict, lr: float, lstm_biases: int = 1) -> dict:
     """The parameters after a plain SGD step with `grads`, and the running statistics `state`
     (both from loss_and_grads)."""
-    scale = {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
-             if isinstance(layer, LSTM)}
+    scale = update_scale(model, lstm_biases)
     new = {k: v - lr * scale.get(k, 1) * grads[k] if k in grads else v for k, v in params.items()}
     return {**new, **state}
 
@@ -328,8 +335,7 @@ def adam_update(
     v = {k: opt.beta2 * v.get(k, 0.0) + (1 - opt.beta2) * g * g for k, g in grads.items()}
     c1, c2 = 1 - opt.beta1**step, 1 - opt.beta2**step
     eps = opt.eps if eps_corrected else opt.eps / np.sqrt(c2)
-    scale = {f"{path}.b": lstm_biases for path, layer, _ in walk(model.layers, model.input_shape)
-             if isinstance(layer, LSTM)}
+    scale = update_scale(model, lstm_biases)
     new = {k: p - scale.get(k, 1) * opt.lr * (m[k] / c1) / (np.sqrt(v[k] / c2) + eps) if k in grads else p
            for k, p in params.items()}
     return {**new, **state}, (m, v)
