@@ -325,6 +325,52 @@ def test_an_interrupted_command_leaves_no_worker_running_even_one_nobody_holds(t
     assert worker.proc.poll() is not None and worker not in LIVE
 
 
+def test_an_interrupt_that_lands_while_a_worker_starts_still_leaves_none_running(tmp_path, monkeypatch):
+    """CI saw a worker outlive `opbench ab`: SIGTERM went to another thread (NumPy's BLAS threads
+    do not block it), so the Python handler raised inside subprocess.Popen even with the signal
+    blocked in the main thread, and the started worker was never registered. Here the signal is
+    sent from inside Popen with such a thread running; the worker must be killed all the same."""
+    import os
+    import signal
+    import threading
+    import types
+
+    from opbench.core import processes
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, args=(60,), daemon=True)  # a thread that does not block signals
+    other.start()
+    started = []
+
+    def popen(*args, **kwargs):
+        proc = subprocess.Popen(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):  # 1 s for the signal's handler to run here, if it would
+            threading.Event().wait(0.01)
+        return proc
+
+    monkeypatch.setattr(processes, "subprocess", types.SimpleNamespace(Popen=popen, PIPE=subprocess.PIPE,
+                                                                       TimeoutExpired=subprocess.TimeoutExpired))
+
+    def command(args):
+        processes.WorkerProcess("baseline", ["sleep", "60"], {}, tmp_path / "w.log")
+        pytest.fail("the interrupt was lost")
+
+    monkeypatch.setattr(cli, "parser", lambda: _Parser(command))
+    try:
+        assert cli.main(["ab"]) == 130
+    finally:
+        stop.set()
+    (proc,) = started
+    running = proc.poll() is None
+    if running:  # not left behind by a failing test
+        proc.kill()
+        proc.wait()
+    assert not running, "the worker started while the interrupt landed still runs"
+    assert not processes.LIVE
+
+
 class _Parser:
     def __init__(self, func):
         self.func = func

@@ -19,8 +19,10 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,6 +54,40 @@ INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 LIVE: set[WorkerProcess] = set()  # every worker started and not yet killed, whoever holds it
 
 
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Run the block with SIGINT and SIGTERM deferred to its end: start a process and register it
+    there, and an interrupt cannot leave it started with nobody holding it.
+
+    Blocking the signals (pthread_sigmask) does not do this: it holds them back from this thread
+    alone, and the kernel hands a process's signal to any thread that does not block it (NumPy's
+    BLAS threads), whose C handler has the main thread run the Python handler at its next
+    instruction, inside subprocess.Popen included. So the handlers themselves are swapped for one
+    that notes the signal, and the first signal noted is raised again once the owner's handlers
+    are back. Signal handlers run in the main thread only: elsewhere the block just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = {s: signal.getsignal(s) for s in sorted(INTERRUPTS)}
+    previous = {s: h for s, h in previous.items() if h is not None}  # None: a handler set outside Python
+    for s in previous:
+        signal.signal(s, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        restored = None
+        for s, handler in previous.items():
+            try:
+                signal.signal(s, handler)  # runs any handler already due, the restored ones included
+            except BaseException as exc:  # every handler is restored before one propagates
+                restored = restored or exc
+        if restored is not None:
+            raise restored
+        if noted:
+            signal.raise_signal(noted[0])  # to the owner's handler: KeyboardInterrupt, or the default action
+
+
 def kill_all() -> None:
     """Kill every worker still running: the last step of an interrupted command, for workers
     whose owner was interrupted before it could close them."""
@@ -65,16 +101,12 @@ class WorkerProcess:
     def __init__(self, side: str, command: list[str], env: dict[str, str], log: Path) -> None:
         # `side` names the worker in every message: "the {side} worker died ..."
         self.side, self.log = side, log
-        # Started and registered with SIGINT and SIGTERM held back: an interrupt that landed between
-        # the fork and the registration left a worker nobody closes (seen on a busy machine).
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
-        try:
-            with open(log, "ab") as err:
-                self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                             env=env, start_new_session=True)
+        # Started and registered with interrupts deferred: one that landed between the fork and the
+        # registration left a worker nobody closes (seen on busy machines, CI included).
+        with interrupts_deferred(), open(log, "ab") as err:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         env=env, start_new_session=True)
             LIVE.add(self)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self._buffer = b""
         self._exit_sent = False
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from opbench.core.files import option_path, write_json_atomic
+from opbench.core.processes import interrupts_deferred
 
 CHILD = "OPBENCH_SWEEP_CHILD"
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
@@ -75,7 +76,8 @@ def _run_child(cmd: list[str], env: dict) -> tuple[int, bool]:
     """Run one child pytest; on Ctrl-C forward the interrupt to it and let it save what it
     finished. Returns (exit code, interrupted). The child runs in its own session, so a
     terminal's Ctrl-C reaches it once, through this process, and not twice."""
-    child = subprocess.Popen(cmd, env=env, start_new_session=True)
+    with interrupts_deferred():  # an interrupt inside Popen would leave the child running unheld
+        child = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
         return child.wait(), False
     except KeyboardInterrupt:
