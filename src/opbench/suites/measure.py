@@ -8,9 +8,7 @@ thread count other than the one asked for.
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,6 +20,7 @@ from opbench.core.case import Case
 from opbench.core.errors import one_line
 from opbench.frameworks.base import Backend, Unavailable
 from opbench.harness.known_issues import KnownIssue, known_issue
+from opbench.harness.memory import PeakOf
 from opbench.harness.roofline import Implausible
 from opbench.harness.session import Session
 from opbench.suites.ops.prepare import CorrectnessError, KnownDeviation, require
@@ -120,39 +119,6 @@ def first_call(call: Callable[[], Any]) -> tuple[Any, float]:
     start = time.perf_counter()
     result = call()
     return result, time.perf_counter() - start
-
-
-class PeakRSS:
-    """The process's resident-set high-water mark while the block runs, sampled every
-    `interval` seconds from /proc/self/statm (0 where that file does not exist)."""
-
-    def __init__(self, interval: float = 0.002) -> None:
-        self.interval, self.peak = interval, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def current() -> int:
-        try:
-            with open("/proc/self/statm", encoding="ascii") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            return 0
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.current())
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> PeakRSS:
-        self.peak = self.current()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.current())
 
 
 @dataclass
@@ -398,7 +364,7 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
         from opbench.harness.allocator import release
 
         release()
-    with PeakRSS() as rss, loaded(benchmark, state.threads):
+    with PeakOf() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
     threads_held(case, prepared.backend, state.threads, "after its timed rounds")
     check_after_rounds(prepared)
@@ -412,9 +378,9 @@ def _time_and_check(benchmark, case, prepared, state) -> None:
         gbps=prepared.bytes / timing.median_s / 1e9 if prepared.bytes else None,
         **prepared.per_second(timing.median_s),
     )
+    benchmark.extra_info.update(rss.as_extra())
     if case.is_model:
-        device_peak = prepared.peak_memory() if prepared.peak_memory else None
-        benchmark.extra_info.update(peak_rss_bytes=rss.peak, peak_device_bytes=device_peak)
+        benchmark.extra_info.update(peak_device_bytes=prepared.peak_memory() if prepared.peak_memory else None)
     if case.direction == "inference":
         benchmark.extra_info.update(latency(benchmark))
     if prepared.after_timing:

@@ -19,21 +19,9 @@ import numpy as np
 
 from opbench.core.processes import reply_stream, serve
 from opbench.frameworks import start_threads
+from opbench.harness.memory import peak_rss
 from opbench.workloads.models import catalogue, datasets
 from opbench.workloads.models.spec import Optimizer, init_params
-
-
-def peak_rss() -> int | None:
-    """This process's resident-set high-water mark (VmHWM). Not getrusage's ru_maxrss: Linux keeps
-    that across fork and exec, so a worker would report the pytest process's peak."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def pin(local_rank: int, replicas: int = 1) -> None:
