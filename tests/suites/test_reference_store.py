@@ -73,3 +73,36 @@ def test_the_models_emulations_are_kept_with_their_spec_and_draws(store):
     assert equivalence.emulated_errors("mlp", 8, "", 1, 1, False, "float32") == first
     assert len(list(store.glob("_emulated_errors_both-*.pickle"))) == 1
     assert equivalence._spec(("mlp",))[1] == equivalence.DRAWS
+
+
+SLOW = """
+import sys, time
+from opbench.suites.models import reference_store
+
+@reference_store.kept(lambda args: "spec")
+def emulation(name, batch, data_dir):
+    with open(sys.argv[1], "a") as f:
+        f.write("made\\n")
+    time.sleep(1.0)  # long enough that the other process asks while this one makes it
+    return {"0.W": 1e-6 * batch}
+
+print(emulation("mlp", 8, ""))
+"""
+
+
+def test_processes_that_need_one_result_at_once_make_it_once(tmp_path):
+    """make test's two lanes need the same emulations at the same time: one makes each, the
+    other waits for it and reads it (a 2-core host computed them twice, side by side)."""
+    import os
+    import subprocess
+    import sys
+
+    made = tmp_path / "made"
+    env = {**os.environ, reference_store.VARIABLE: str(tmp_path / "kept")}
+    (tmp_path / "kept").mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", SLOW, str(made)], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]  # a bound on a hang
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs[0] == outs[1] == "{'0.W': 8e-06}\n"
+    assert made.read_text() == "made\n"

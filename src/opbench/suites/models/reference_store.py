@@ -13,13 +13,15 @@ that cannot be read is computed again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import pickle
 import platform
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,49 @@ def arithmetic() -> str:
     return digest.hexdigest()
 
 
+_ABSENT = object()
+# How long a process waits for another that is making the same result before making it itself: a
+# bound on a hang (the LSTM's emulation takes about a minute on a 2-core host).
+WAIT_S = 900.0
+
+
+def _read(path: Path) -> Any:
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError, TypeError):
+        return _ABSENT
+
+
+@contextlib.contextmanager
+def _computing(path: Path) -> Iterator[None]:
+    """Hold `path`'s lock file while the block makes its result, so that processes that need the
+    same result at the same time (make test's two lanes, the workers of a run) make it once: the
+    others wait here, then read it. The kernel drops the lock of a process that dies. Where there
+    is no flock, or the lock file cannot be made, or the wait passes WAIT_S, the block runs anyway."""
+    try:
+        import fcntl
+
+        lock = open(path.with_suffix(".lock"), "a")  # closed below, after the block
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # another process holds it
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            except OSError:  # a file system without locks
+                break
+        yield
+    finally:
+        lock.close()  # releases the lock
+
+
 def kept(context: Callable[[tuple], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A function (hashable arguments, the data folder third, a small picklable result) remembered
     for the process and, where OPBENCH_REFERENCE_CACHE is set and the data are synthetic, on disk,
@@ -76,15 +121,16 @@ def _kept(fn: Callable[..., Any], context: Callable[[tuple], Any]) -> Callable[.
         """`fn(*args)` read from `folder`, or made and written there; once per process."""
         what = (fn.__module__, fn.__qualname__, args, context(args), arithmetic())
         path = Path(folder) / f"{fn.__name__}-{hashlib.sha256(repr(what).encode()).hexdigest()[:40]}.pickle"
-        try:
-            return pickle.loads(path.read_bytes())
-        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError, TypeError):
-            pass
-        value = memo(*args)
-        try:
-            replace_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(value)))
-        except OSError:
-            pass  # a folder that cannot be written costs the next process the computation, nothing more
+        if (value := _read(path)) is not _ABSENT:
+            return value
+        with _computing(path):  # a process making the same result meanwhile: wait for it, then read it
+            if (value := _read(path)) is not _ABSENT:
+                return value
+            value = memo(*args)
+            try:
+                replace_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps(value)))
+            except OSError:
+                pass  # a folder that cannot be written costs the next process the computation, nothing more
         return value
 
     @functools.wraps(fn)
