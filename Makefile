@@ -40,17 +40,21 @@ QUICK ?= -k "$(QUICK_K)"
 # emulation and gates); and the data-parallel engines beyond one per framework (DDP, MirroredStrategy,
 # MXNet's KVStore in sync: the two-node, asynchronous, device and local KVStores and MultiWorkerMirrored);
 # the compiled modes' inference at batch 1 (a second compile of the graph `make test` compiles at the
-# model's batch); and the MLP's one-epoch convergence gate (LeNet's runs the same feed, evaluation and
-# curve in every framework); and eager JAX's ResNet-20 and LSTM inference (every primitive compiled on
-# first use; its MLP and LeNet stay, and jit runs both).
+# model's batch); and LeNet's one-epoch convergence gate (the MLP's runs the same feed, evaluation and
+# curve in every framework in half the time; LeNet's convolutions train in the training gates); and eager
+# JAX's ResNet-20 and LSTM inference (every primitive compiled on first use; its MLP and LeNet stay, and
+# jit runs both); and ResNet-20's training gates in every mode (its layers, batch norm and residuals
+# included, train in every framework in tests/frameworks/test_models.py's batch-norm zoo, and make test
+# checks ResNet-20's inference; a minute of the gates lane cold on the Xeon, 2026-11-28).
 COMPILED_K := compile or graph or xla or hybridize
 LATER_K := vgg10 or (($(COMPILED_K)) and (resnet20 or lstm)) \
   or (data_parallel and not (ddp or mirrored or kvstore-sync)) \
-  or (inference and ($(COMPILED_K)) and b1]) or (convergence and mlp) \
-  or (jax and eager and inference and (resnet20 or lstm))
+  or (inference and ($(COMPILED_K)) and b1]) or (convergence and lenet) \
+  or (jax and eager and inference and (resnet20 or lstm)) or (training and resnet20)
 BENCH_QUICK ?= -k "$(QUICK_K) and not ($(LATER_K))"
-# Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs
-# (tests/conftest.py says which): `make test-full` runs them.
+# Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs, or a slow
+# test of a path `make test` reaches otherwise (tests/conftest.py says which): `make test-rest` and
+# `make test-full` run them.
 UNIT_QUICK ?= -m "not full"
 # (a marker expression: -k would also match the unit tests whose names say convergence)
 CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
@@ -62,10 +66,11 @@ AMP_ARGS := --precision amp --mode eager,jit -k
 AMP_QUICK ?= $(AMP_ARGS) "lenet and not (jax and eager and training)"
 AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and not (jax and eager and training)"
 
-# The roofline on the host at hand: the largest quick GEMM and the larger quick conv2d (stride 1), forward and
-# backward, every installed framework and mode, timed (a few rounds, nothing saved): none may
-# exceed the ceiling derived from this machine's CPU.
-SMOKE := -m "gemm or conv2d" -k "1024x1024x1024 or 16x64x32x32"
+# The roofline on the host at hand: the largest quick GEMM and the larger quick conv2d (stride 1), every
+# installed framework and mode, timed (a few rounds, nothing saved): none may exceed the ceiling derived
+# from this machine's CPU. `make test` times them forward, `make test-rest` backward.
+SMOKE_M ?= (gemm or conv2d) and not backward
+SMOKE = -m "$(SMOKE_M)" -k "1024x1024x1024 or 16x64x32x32"
 
 .PHONY: venv browser netns-tools test test-units test-gates test-rest test-isa test-numpy1 test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
 
@@ -155,6 +160,7 @@ test-rest: venv browser netns-tools
 	$(PYTEST) tests -q -p no:cacheprovider $(QUICK) -m full
 	$(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider -k "$(QUICK_K) and ($(LATER_K))" $(CONVERGENCE_QUICK)
 	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_REST)
+	$(MAKE) --no-print-directory roofline-smoke SMOKE_M="(gemm or conv2d) and backward"
 
 # The AVX2 code paths on an AVX-512 host: the model and operator checks (and the proof that each cap
 # takes effect) with oneDNN, ATen and inductor, MKL, OpenBLAS and XLA held to AVX2 kernels
@@ -173,7 +179,7 @@ roofline-smoke: venv
 	  --benchmark-max-time=0.05 --benchmark-warmup-iterations=2 --benchmark-columns=min,median,rounds
 
 test-full:
-	$(MAKE) test QUICK= BENCH_QUICK= UNIT_QUICK= CONVERGENCE_QUICK= AMP_QUICK="--precision amp"
+	$(MAKE) test QUICK= BENCH_QUICK= UNIT_QUICK= CONVERGENCE_QUICK= AMP_QUICK="--precision amp" SMOKE_M="gemm or conv2d"
 
 bench: venv
 	$(PYTEST) benchmarks/ops benchmarks/e2e --precision float32,amp --benchmark-autosave --benchmark-max-time=0.5 \

@@ -146,6 +146,7 @@ SQUARE = {
 }
 
 
+@pytest.mark.full  # a copy of the tree run in all four frameworks (half a minute); make test-rest runs it
 def test_an_operator_is_its_spec_and_one_line_per_framework(tmp_path):
     """An operator in an existing family: its spec in workloads/ops/<family>.py (here one entry of
     the element-wise table), then one line in each framework's operators. Nothing else: the

@@ -179,6 +179,7 @@ def _one_line_failure(node: Node, code: int, expected: str) -> None:
     assert not node.left_behind(), node.said()
 
 
+@pytest.mark.full  # the two-node run's failure paths; make test runs its working case
 def test_a_node_that_never_starts_fails_the_other_with_one_line(two_hosts, tmp_path):
     load_or_skip("torch")
     # no peer can come, so the whole wait is the timeout: a short one costs no certainty
@@ -186,6 +187,7 @@ def test_a_node_that_never_starts_fails_the_other_with_one_line(two_hosts, tmp_p
     _one_line_failure(alone, alone.wait(), "LinkError: node 1 did not join torch-cpu-ddp-sync-n2xw1-float32-mlp-b128")
 
 
+@pytest.mark.full  # the two-node run's failure paths; make test runs its working case
 def test_a_node_killed_mid_run_fails_the_other_with_one_line(two_hosts, tmp_path):
     """Node 1 is killed (its pytest process, workers and all) once its worker runs: the live node
     fails its case by the engine's error or the deadline, with one line, and cleans up."""
