@@ -206,7 +206,7 @@ class FakeWorker:
             return {"ok": True, "outcome": outcome, "message": f"after its bursts, {outcome} once warm"}
         return {"ok": True}
 
-    def close(self) -> None:
+    def close(self, grace: float = 10.0) -> None:
         self.closed = True
 
 

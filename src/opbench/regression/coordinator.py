@@ -107,6 +107,9 @@ class Record:
         return ps.estimate(pairs) if pairs else None
 
 
+GRACE_S = 10.0  # how long a worker asked to exit may take before it is killed
+
+
 class Pair:
     """Two live workers, one per side, that collected the same selection."""
 
@@ -121,8 +124,8 @@ class Pair:
                 if not reply.get("ok"):
                     raise WorkerFailure(f"the {side} worker: {reply.get('error')}")
                 self.ids[side] = list(reply["ids"])
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self.close(0.0 if isinstance(exc, KeyboardInterrupt) else GRACE_S)
             raise
 
     def ask(self, side: str, request: dict, timeout: float) -> dict:
@@ -135,9 +138,11 @@ class Pair:
             worker.send(request)
         return {side: worker.reply(request.get("cmd", "?"), timeout) for side, worker in self.workers.items()}
 
-    def close(self) -> None:
+    def close(self, grace: float | None = None) -> None:
+        """Ask both workers to exit, each killed after `grace` seconds (0 on an interrupt: Ctrl-C
+        and a cancelled job stop at once, not after a hung worker's goodbye)."""
         for w in self.workers.values():
-            w.close()
+            w.close(GRACE_S if grace is None else grace)
 
 
 UNCONFIRMED = "unconfirmed"  # flagged by the screen, not confirmed: interrupted, or beyond the budget
@@ -217,11 +222,15 @@ class PairedGate:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> None:
+        grace = GRACE_S
         try:
             self._run()
+        except KeyboardInterrupt:
+            grace = 0.0
+            raise
         finally:  # an interrupt or an error leaves no worker running
             for p in self.pairs:
-                p.close()
+                p.close(grace)
 
     def _run(self) -> None:
         pair = self.new_pair()
