@@ -74,21 +74,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """A list of thread counts runs one child pytest per count (see opbench.harness.sweep)."""
+    """A list of thread counts runs one child pytest per count (opbench.harness.sweep); --isolate
+    framework runs each framework's benchmarks in workers of their own (opbench.harness.isolation).
+    Either way this process collects nothing and imports no framework."""
     import os
 
-    from opbench.harness import sweep
+    from opbench.harness import isolation, sweep
 
-    if os.environ.get(sweep.CHILD):
-        return None
     raw = {opt.name: config.getoption(f"opbench_{opt.name}") for opt in cfg.OPTIONS}
     try:
-        counts = cfg.resolve(raw).threads
+        settings = cfg.resolve(raw)
     except ConfigError:
         return None  # reported as a usage error by pytest_configure
-    if len(counts) < 2:
-        return None
-    return sweep.run(list(config.invocation_params.args), counts, config.option)
+    args = list(config.invocation_params.args)
+    if len(settings.threads) > 1 and not os.environ.get(sweep.CHILD):
+        return sweep.run(args, settings.threads, config.option)
+    if settings.isolate == "framework" and not os.environ.get(isolation.CHILD):
+        return isolation.run(args, settings.frameworks, config.option, settings.worker_max_rss)
+    return None
 
 
 def marker_names() -> dict[str, str]:
@@ -119,11 +122,12 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = cfg.resolve(raw)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    from opbench.harness import allocator
+    from opbench.harness import allocator, isolation
 
     _check_json_target(config)
     state = State(settings, malloc=allocator.apply(settings.malloc))
     config.stash[STATE] = state
+    isolation.register(config)  # in an --isolate worker: its progress, case by case
     state.baseline_note = _complete_baseline(config)
     config.pluginmanager.register(state.run, "opbench-run-status")
 

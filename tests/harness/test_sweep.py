@@ -8,7 +8,7 @@ import os
 import pytest
 
 from opbench.core.files import write_json_atomic
-from opbench.harness import sweep
+from opbench.harness import children, sweep
 
 
 def test_child_args_replace_saving_and_threads():
@@ -39,9 +39,9 @@ def test_write_atomic_leaves_no_partial_file(tmp_path):
 
 
 def test_next_number(tmp_path):
-    assert sweep.next_number(tmp_path / "none") == "0001"
+    assert children.next_number(tmp_path / "none") == "0001"
     (tmp_path / "0007_x.json").write_text("{}")
-    assert sweep.next_number(tmp_path) == "0008"
+    assert children.next_number(tmp_path) == "0008"
 
 
 def test_sweep_end_to_end(pytester: pytest.Pytester):

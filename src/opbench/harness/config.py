@@ -20,6 +20,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 PROFILES = ("quick", "full")
 MALLOC_MODES = ("steady", "default")
 BREAKDOWNS = ("off", "profile", "predict")
+ISOLATIONS = ("none", "framework")
 # The execution modes of each framework; known without importing any of them.
 FRAMEWORK_MODES = {name: f.modes for name, f in frameworks.declared().items()}
 MODES = tuple(dict.fromkeys(m for modes in FRAMEWORK_MODES.values() for m in modes))
@@ -154,7 +155,35 @@ OPTIONS = (
            "suite timed at the model's own layer shapes)"),
     Option("malloc", "default", "CPU allocator: default (glibc's own thresholds) or steady (freed memory stays in "
            "the heap: no page faults per call)"),
+    Option("isolate", "none", "framework: each framework's benchmarks run in worker processes of their own (a "
+           "crash costs one case, memory stays bounded), merged into one run; none: all in this process"),
+    Option("worker_max_rss", "auto", "with --isolate framework, a worker whose resident set passed this (bytes, or "
+           "with K, M, G; auto: half the machine's memory) is replaced by a fresh one before its next case"),
 )
+
+
+def machine_memory() -> int:
+    """The machine's physical memory in bytes (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def parse_size(value: str, what: str) -> int:
+    """Bytes from '8G', '512M', '1048576' or 'auto' (half the machine's memory)."""
+    text = value.strip().upper()
+    if text == "AUTO":
+        return machine_memory() // 2
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        size = float(number) * scale
+    except ValueError:
+        size = float("nan")
+    if not size > 0 or size == float("inf"):
+        raise ConfigError(f"{what} {value!r} is not a size: give bytes, or a number with K, M or G (e.g. 8G), or auto")
+    return int(size)
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,8 @@ class Settings:
     data_dir: str = ""
     malloc: str = "default"
     breakdown: str = "off"
+    isolate: str = "none"
+    worker_max_rss: int = 0  # bytes; 0: no limit
     workers: tuple[int, ...] = (1, 2)
     dist_timeout: float = 300.0
     # (option, how it was given: "--device gpu", "--device gpu (from OPBENCH_DEVICE)") for each choice
@@ -221,6 +252,8 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         data_dir=values["data_dir"],
         malloc=named(parse_one, "malloc", MALLOC_MODES),
         breakdown=named(parse_one, "breakdown", BREAKDOWNS),
+        isolate=named(parse_one, "isolate", ISOLATIONS),
+        worker_max_rss=parse_size(values["worker_max_rss"], sources["worker_max_rss"]),
         workers=parse_threads(values["workers"], sources["workers"]),
         dist_timeout=parse_number(values["dist_timeout"], sources["dist_timeout"], above=0),
         asked=tuple((o.name, sources[o.name].replace(o.flag, f"{o.flag} {values[o.name]}", 1)) for o in OPTIONS

@@ -1,0 +1,328 @@
+"""--isolate framework: each framework's benchmarks in worker processes of their own.
+
+One pytest process that runs every framework grows to what all of them keep (20 GB for `make
+bench`), gives a case figures that depend on what ran before it, and loses the whole run when one
+framework's native code crashes. With --isolate framework the pytest process that the user started
+collects nothing and imports no framework: it runs one child pytest per framework (the worker),
+with the same arguments and that framework alone, one after the other, and merges what they
+measured into one run, saved as the user asked.
+
+- A worker writes each case's start, end and saved benchmark to a progress file as they happen
+  (WorkerProgress, the child's side). A worker that dies (a signal, an abort, the OOM killer)
+  fails the case it was in with one line that says how it died; a fresh worker runs the cases
+  left, and what finished is kept.
+- A worker whose resident set passed --worker-max-rss after a case stops there, and a fresh one
+  runs the cases left: memory stays bounded by the largest case, not the sum.
+
+Each worker prints its own pytest output and pytest-benchmark table; the merged run is what is
+saved (--benchmark-json, --benchmark-save, --benchmark-autosave) and what `opbench report` and
+`--benchmark-compare` read afterwards.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import itertools
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from opbench.harness import children
+from opbench.harness.memory import current_rss
+
+CHILD = "OPBENCH_ISOLATED_CHILD"  # in a worker's environment: its progress file
+SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what earlier workers started)
+MAX_RSS = "OPBENCH_ISOLATED_MAX_RSS"  # bytes; 0: no limit
+FIRST = "OPBENCH_ISOLATED_FIRST"  # set in the first framework's workers: they also run tests bound to no framework
+NO_TESTS, USAGE_ERROR = 5, 4  # pytest's exit codes
+_OWN_FLAGS = ("--framework", "--isolate", "--worker-max-rss")
+
+
+def child_args(args: list[str], framework: str, json_path: str) -> list[str]:
+    """The parent's pytest arguments for one framework's worker: saving replaced by a JSON file
+    the parent merges, the framework fixed, isolation off."""
+    return [*children.without(args, (*children.SAVE_FLAGS, *_OWN_FLAGS)), f"--framework={framework}",
+            "--isolate=none", f"--benchmark-json={json_path}", "-p", "no:faulthandler"]
+
+
+# ---- the worker's side -------------------------------------------------------------------------
+
+
+class WorkerProgress:
+    """The worker's plugin: leaves out what earlier workers started, and writes one JSON line per
+    event, flushed at once, so that the parent keeps what finished if this process dies."""
+
+    def __init__(self, config: pytest.Config, path: str, skip: str, max_rss: int, first: bool) -> None:
+        self.config, self.max_rss, self.first = config, max_rss, first
+        self.out = open(path, "a", encoding="utf-8")  # open for the session, closed at its end
+        self.skip = set(Path(skip).read_text().splitlines()) if skip and os.path.exists(skip) else set()
+        self.total = self.ended = self.saved = 0
+        self.failed: set[str] = set()
+        # Where this worker dies, Python's frames go to a file beside the progress (pytest's own
+        # faulthandler, off in workers, printed them to the terminal): the parent names the innermost.
+        self.fault = open(path + ".fault", "w", encoding="utf-8")  # open while the process lives
+        faulthandler.enable(file=self.fault)
+
+    def _write(self, record: dict) -> None:
+        self.out.write(json.dumps(record, default=_plain) + "\n")
+        self.out.flush()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Leave out what an earlier worker started, and a test bound to no framework (no
+        framework marker) unless this is the first framework's worker: it runs once per run."""
+        from opbench.harness.config import FRAMEWORKS
+
+        def mine(item: pytest.Item) -> bool:
+            bound = any(m.name in FRAMEWORKS for m in item.iter_markers())
+            return item.nodeid not in self.skip and (bound or self.first)
+
+        left = [i for i in items if not mine(i)]
+        if left:
+            items[:] = [i for i in items if mine(i)]
+            config.hook.pytest_deselected(items=left)
+        self.total = len(items)
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self._write({"start": nodeid})
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.failed.add(report.nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        bs = getattr(self.config, "_benchmarksession", None)
+        benches = list(bs.benchmarks) if bs is not None else []
+        for bench in benches[self.saved:]:
+            if not bench.has_error:  # what pytest-benchmark itself saves
+                self._write({"bench": bench.as_dict(include_data=True)})
+        self.saved = len(benches)
+        self.ended += 1
+        self._write({"end": nodeid, "failed": nodeid in self.failed})
+        rss = current_rss() or 0
+        if self.max_rss and rss > self.max_rss and self.ended < self.total:
+            self._write({"recycle": rss})
+            self.config.stash[_SESSION].shouldstop = (
+                f"opbench: this {_framework(self.config)} worker holds {rss / 2**30:.1f} GiB, past --worker-max-rss "
+                f"{self.max_rss / 2**30:.1f} GiB: a fresh worker runs the {self.total - self.ended} cases left")
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.config.stash[_SESSION] = session
+
+    def pytest_unconfigure(self) -> None:
+        self.out.close()
+
+
+_SESSION = pytest.StashKey[pytest.Session]()
+
+
+def _framework(config: pytest.Config) -> str:
+    return config.getoption("opbench_framework") or "framework"
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def register(config: pytest.Config) -> None:
+    """In a worker (CHILD in its environment), add the progress plugin."""
+    path = os.environ.get(CHILD)
+    if path:
+        config.pluginmanager.register(
+            WorkerProgress(config, path, os.environ.get(SKIP, ""), int(os.environ.get(MAX_RSS) or 0),
+                           bool(os.environ.get(FIRST))),
+            "opbench-worker-progress")
+
+
+# ---- the parent's side -------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """What one worker's progress file says."""
+
+    started: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    benches: list[dict] = field(default_factory=list)
+    recycled: bool = False
+
+    @property
+    def running(self) -> str | None:
+        """The case the worker started and did not end: where it died."""
+        open_cases = [n for n in self.started if n not in set(self.ended)]
+        return open_cases[-1] if open_cases else None
+
+
+def read_progress(path: Path) -> Progress:
+    progress = Progress()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return progress
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the torn last line of a worker that died writing it
+        if "start" in record:
+            progress.started.append(record["start"])
+        elif "bench" in record:
+            progress.benches.append(record["bench"])
+        elif "end" in record:
+            progress.ended.append(record["end"])
+            if record.get("failed"):
+                progress.failed.append(record["end"])
+        elif "recycle" in record:
+            progress.recycled = True
+    return progress
+
+
+def where_it_died(progress_path: Path) -> str:
+    """' (at test_conv.py:41 in test_conv2d)': the innermost Python frame the dying worker's
+    faulthandler wrote, or '' where it wrote none."""
+    try:
+        text = Path(str(progress_path) + ".fault").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    frame = re.search(r'File "([^"]+)", line (\d+) in (\S+)', text)
+    return f" (at {Path(frame[1]).name}:{frame[2]} in {frame[3]})" if frame else ""
+
+
+def how_it_died(code: int) -> str:
+    """'killed by SIGSEGV', 'exit code 134'."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclass
+class Outcome:
+    """The parent's account of every worker of a run."""
+
+    benches: list[dict] = field(default_factory=list)
+    documents: list[dict] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    crashes: list[dict] = field(default_factory=list)
+    workers: dict[str, int] = field(default_factory=dict)
+    codes: list[int] = field(default_factory=list)  # each framework's last worker's exit code
+    interrupted: bool = False
+
+    @property
+    def code(self) -> int:
+        """pytest's exit code for the whole run: the worst of the frameworks' (a framework with
+        nothing selected counts only if none had anything), and a failure where a worker died."""
+        if self.interrupted:
+            return children.INTERRUPTED
+        ran = [c for c in self.codes if c != NO_TESTS]
+        code = max(ran) if ran else (NO_TESTS if not self.benches else 0)
+        return max(code, 1) if self.crashes else code
+
+
+def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int) -> int:
+    """Run each framework's benchmarks in workers, merge, save as the parent was asked to. Returns
+    pytest's exit code for the whole run."""
+    outcome = Outcome()
+    with children.terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
+        for framework in frameworks:
+            _run_framework(framework, args, Path(tmp), max_rss, outcome, first=framework == frameworks[0])
+            if outcome.interrupted or USAGE_ERROR in outcome.codes:
+                break
+    if outcome.interrupted:
+        print("opbench: interrupted; saving the cases that finished", file=sys.stderr, flush=True)
+    if outcome.benches or outcome.failed:
+        children.save(merge(outcome, max_rss), option, _autosave_name(), "isolated run")
+    return outcome.code
+
+
+def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, outcome: Outcome, first: bool) -> None:
+    """One framework's workers, a fresh one after each death or recycling, until its cases are done.
+    Each worker leaves out every case an earlier one started, so the loop ends: a worker that
+    starts no case is the last."""
+    started: list[str] = []
+    for attempt in itertools.count(1):
+        stem = tmp / f"{framework}-{attempt}"
+        skip, progress_path, json_path = (stem.with_suffix(x) for x in (".skip", ".jsonl", ".json"))
+        skip.write_text("\n".join(started))
+        env = {**os.environ, CHILD: str(progress_path), SKIP: str(skip), MAX_RSS: str(max_rss),
+               FIRST: "1" if first else ""}
+        cmd = [sys.executable, "-m", "pytest", *child_args(args, framework, str(json_path))]
+        code, stopped = children.run_child(cmd, env)
+        outcome.workers[framework] = attempt
+        progress = read_progress(progress_path)
+        outcome.benches += progress.benches
+        outcome.failed += progress.failed
+        started += progress.started
+        if json_path.exists():
+            try:
+                outcome.documents.append(json.loads(json_path.read_text(encoding="utf-8")))
+            except (OSError, json.JSONDecodeError):
+                pass
+        if stopped or (code == children.INTERRUPTED and not progress.recycled):
+            outcome.interrupted = True
+            return
+        if progress.recycled and progress.ended:
+            continue
+        dead = code < 0 or code not in (0, 1, 2, 3, 4, 5)
+        if dead and progress.running is not None:
+            case = progress.running
+            line = (f"opbench: {framework} worker {how_it_died(code)} in {case}{where_it_died(progress_path)}; "
+                    "a fresh worker runs the cases left")
+            print(line, file=sys.stderr, flush=True)
+            outcome.failed.append(case)
+            outcome.crashes.append({"case": case, "how": how_it_died(code)})
+            continue
+        if dead:  # outside any case: at start-up, in collection or at the end
+            print(f"opbench: {framework} worker {how_it_died(code)} outside any case", file=sys.stderr, flush=True)
+            outcome.crashes.append({"case": None, "how": how_it_died(code)})
+            code = 1
+        outcome.codes.append(code)
+        return
+
+
+def merge(outcome: Outcome, max_rss: int) -> dict:
+    """One pytest-benchmark document from every worker's: their benchmarks in the order they ran,
+    machine_info's per-framework facts united, and the run's status over all of them."""
+    docs = outcome.documents
+    merged = dict(docs[0]) if docs else {"machine_info": {}, "commit_info": {}, "version": _version()}
+    merged["datetime"] = datetime.now(timezone.utc).isoformat()
+    merged["benchmarks"] = list(outcome.benches)
+    machine = merged["machine_info"] = dict(merged.get("machine_info") or {})
+    info = machine["opbench"] = dict(machine.get("opbench") or {})
+    for doc in docs[1:]:
+        for key, value in ((doc.get("machine_info") or {}).get("opbench") or {}).items():
+            if isinstance(value, dict) and isinstance(info.get(key), dict):
+                info[key] = {**info[key], **value}
+            else:
+                info.setdefault(key, value)
+    status = "interrupted" if outcome.interrupted else "failed" if outcome.failed else "complete"
+    info["run"] = {"status": status, "failed": list(dict.fromkeys(outcome.failed))}
+    info["isolate"] = {"by": "framework", "workers": dict(outcome.workers), "crashed": list(outcome.crashes),
+                       "worker_max_rss": max_rss or None}
+    return merged
+
+
+def _version() -> str:
+    from pytest_benchmark import __version__
+
+    return __version__
+
+
+def _autosave_name() -> str:
+    try:
+        from pytest_benchmark.utils import get_tag
+
+        return get_tag()
+    except Exception:  # a folder that is no repository: pytest-benchmark's own name is unavailable
+        return "isolated"

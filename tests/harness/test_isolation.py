@@ -1,0 +1,130 @@
+"""--isolate framework: each framework's benchmarks in workers of their own, merged into one run; a
+worker that dies costs the case it was in, and one past --worker-max-rss is replaced between cases."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from opbench.harness import isolation
+
+BENCHMARKS = """
+import os, signal
+import pytest
+from opbench.suites.measure import measure
+
+@pytest.mark.opbench(op="relu")
+def test_relu(op_case, benchmark):
+    if os.environ.get("CRASH_IN") == op_case.case.framework:
+        os.kill(os.getpid(), signal.SIGSEGV)  # what a framework's native code does on a bad day
+    measure(benchmark, op_case)
+
+@pytest.mark.opbench(op="sigmoid")
+def test_sigmoid(op_case, benchmark):
+    measure(benchmark, op_case)
+
+def test_plain():
+    pass
+"""
+
+# Each process of the run notes, as it ends, whether it was a worker and which frameworks it imported.
+IMPORTS = """
+import atexit, json, os, sys
+
+def _note():
+    seen = sorted(m for m in ("torch", "tensorflow", "jax", "mxnet") if m in sys.modules)
+    with open(os.path.join(os.path.dirname(__file__), "imports.jsonl"), "a") as f:
+        f.write(json.dumps({"worker": bool(os.environ.get("OPBENCH_ISOLATED_CHILD")), "imported": seen}) + "\\n")
+
+atexit.register(_note)
+"""
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+    pytester.makepyfile(test_b=BENCHMARKS)
+    pytester.makeconftest(IMPORTS)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("--isolate", "framework", "--mode", "eager", "--benchmark-max-time=0.01",
+                                           f"--benchmark-json={out}", "-p", "no:cacheprovider", *args)
+    return result, json.loads(out.read_text()) if out.exists() else {}
+
+
+def _names(doc: dict) -> set[str]:
+    return {b["name"] for b in doc["benchmarks"]}
+
+
+def test_each_framework_runs_in_its_own_worker_and_the_run_is_one(pytester):
+    pytest.importorskip("torch")
+    result, doc = _run(pytester, "--framework", "numpy,torch")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert _names(doc) == {f"test_{op}[{fw}-cpu-eager-float32-256x1024]" for op in ("relu", "sigmoid")
+                           for fw in ("numpy", "torch")}
+    info = doc["machine_info"]["opbench"]
+    assert info["run"] == {"status": "complete", "failed": []}
+    assert info["isolate"]["workers"] == {"numpy": 1, "torch": 1}
+    assert set(info["frameworks"]) >= {"numpy", "torch"}  # each worker's facts, united
+    notes = [json.loads(x) for x in (pytester.path / "imports.jsonl").read_text().splitlines()]
+    parent = [n for n in notes if not n["worker"]]
+    assert parent == [{"worker": False, "imported": []}], notes  # the pytest process imported no framework
+    assert {tuple(n["imported"]) for n in notes if n["worker"]} == {(), ("torch",)}
+    # a test bound to no framework runs once, in the first worker, not once per framework
+    assert result.stdout.str().count("test_b.py::test_plain PASSED") <= 1
+    assert "3 passed" in result.stdout.str() and "2 passed" in result.stdout.str()
+
+
+def test_a_worker_that_dies_costs_the_case_it_was_in_and_the_rest_is_saved(pytester, monkeypatch):
+    monkeypatch.setenv("CRASH_IN", "numpy")
+    result, doc = _run(pytester, "--framework", "numpy")
+    assert result.ret == 1
+    case = "test_b.py::test_relu[numpy-cpu-eager-float32-256x1024]"
+    said = [x for x in result.stderr.str().splitlines() if x.startswith("opbench: numpy worker")]
+    assert len(said) == 1 and re.fullmatch(rf"opbench: numpy worker killed by SIGSEGV in {re.escape(case)} "
+                                           r"\(at test_b\.py:\d+ in test_relu\); a fresh worker runs the cases left",
+                                           said[0]), said
+    assert "Fatal Python error" not in result.stderr.str()  # the frames went to the worker's file, not here
+    assert _names(doc) == {"test_sigmoid[numpy-cpu-eager-float32-256x1024]"}  # the next case, in a fresh worker
+    info = doc["machine_info"]["opbench"]
+    assert info["run"] == {"status": "failed", "failed": [case]}
+    assert info["isolate"]["workers"] == {"numpy": 2}
+    assert info["isolate"]["crashed"] == [{"case": case, "how": "killed by SIGSEGV"}]
+
+
+def test_a_worker_past_its_memory_limit_is_replaced_between_cases(pytester):
+    result, doc = _run(pytester, "--framework", "numpy", "--worker-max-rss", "1")  # every worker is past 1 byte
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert _names(doc) == {f"test_{op}[numpy-cpu-eager-float32-256x1024]" for op in ("relu", "sigmoid")}
+    info = doc["machine_info"]["opbench"]
+    assert info["run"]["status"] == "complete"
+    assert info["isolate"]["workers"] == {"numpy": 3}  # one case each: relu, sigmoid, the plain test
+    for bench in doc["benchmarks"]:
+        assert bench["extra_info"]["peak_rss_bytes"] >= bench["extra_info"]["rss_before_bytes"] > 0
+
+
+def test_a_worker_keeps_the_flags_but_saving_and_the_framework():
+    args = ["benchmarks", "--isolate", "framework", "--framework=numpy,torch", "--benchmark-autosave",
+            "--benchmark-json", "x.json", "--worker-max-rss=8G", "-m", "relu"]
+    assert isolation.child_args(args, "torch", "/t/w.json") == [
+        "benchmarks", "-m", "relu", "--framework=torch", "--isolate=none", "--benchmark-json=/t/w.json",
+        "-p", "no:faulthandler"]
+
+
+def test_a_torn_last_line_is_what_a_dying_worker_wrote_last(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"start": "a"}\n{"bench": {"name": "a"}}\n{"end": "a", "failed": false}\n{"start": "b"}\n{"ben')
+    progress = isolation.read_progress(path)
+    assert progress.running == "b" and [b["name"] for b in progress.benches] == ["a"]
+    assert isolation.how_it_died(-11) == "killed by SIGSEGV" and isolation.how_it_died(134) == "exit code 134"
+
+
+@pytest.mark.parametrize(("codes", "benches", "crashes", "expected"), [
+    ([0, 5], 1, 0, 0),  # a framework with nothing selected beside one that ran
+    ([5, 5], 0, 0, 5),  # nothing selected anywhere: pytest's "no tests"
+    ([0, 1], 2, 0, 1),
+    ([0], 1, 1, 1),  # a worker died: the run failed, whatever its last worker said
+    ([4], 0, 0, 4),
+])
+def test_the_runs_exit_code_is_its_worst_frameworks(codes, benches, crashes, expected):
+    outcome = isolation.Outcome(benches=[{}] * benches, crashes=[{}] * crashes, codes=codes)
+    assert outcome.code == expected
