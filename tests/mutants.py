@@ -340,7 +340,7 @@ MODEL_MUTANTS = (
                                                                                        beta2=opt.beta1)),
     ModelMutant("Adam made anew each call", "model training", "lenet",
                 "the timed step builds its optimizer inside the step: every call is an Adam first step", rebuilt=True),
-    ModelMutant("SGD with momentum", "model training", "resnet20",
+    ModelMutant("SGD with momentum", "model training", "lenet",
                 "the timed step's SGD keeps a momentum of 0.9 the model does not have (its first step is plain)",
                 update=_momentum, timed_only=True),
     ModelMutant("gradients never zeroed", "model training", "mlp",
