@@ -181,8 +181,11 @@ roofline-smoke: venv
 test-full:
 	$(MAKE) test QUICK= BENCH_QUICK= UNIT_QUICK= CONVERGENCE_QUICK= AMP_QUICK="--precision amp" SMOKE_M="gemm or conv2d"
 
+# Each framework's cases in workers of their own (--isolate framework, docs/usage/running.md): one process
+# for everything grew to 20 GB and gave a case's memory figure whatever earlier cases left resident.
 bench: venv
-	$(PYTEST) benchmarks/ops benchmarks/e2e --precision float32,amp --benchmark-autosave --benchmark-max-time=0.5 \
+	$(PYTEST) benchmarks/ops benchmarks/e2e --precision float32,amp --isolate framework --benchmark-autosave \
+	  --benchmark-max-time=0.5 \
 	  --benchmark-group-by=group --benchmark-sort=name \
 	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
 

@@ -242,7 +242,13 @@ def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int) -> i
     if outcome.interrupted:
         print("opbench: interrupted; saving the cases that finished", file=sys.stderr, flush=True)
     if outcome.benches or outcome.failed:
-        children.save(merge(outcome, max_rss), option, _autosave_name(), "isolated run")
+        merged = merge(outcome, max_rss)
+        if not getattr(option, "benchmark_disable", False):
+            from opbench.results.summary import document_run, grid_lines
+
+            for line in grid_lines(document_run(merged, Path("this run"))):  # every worker's cases, side by side
+                print(line)
+        children.save(merged, option, _autosave_name(), "isolated run")
     return outcome.code
 
 

@@ -51,14 +51,32 @@ def _only(saved: Run, now: Run) -> Run:
     return replace(saved, benchmarks=kept or saved.benchmarks)
 
 
+def grid_lines(run: Run) -> list[str]:
+    """The median-time grid of `run`, frameworks and modes side by side, and its busy warnings."""
+    if not run.benchmarks:
+        return []
+    title, header, rows = report.tables(report.grid([run]))[0]
+    return ["", f"opbench: {title}, frameworks and modes side by side", *text_table(header, rows), *busy_lines(run)]
+
+
+def document_run(document: dict, where: Path) -> Run:
+    """A merged document (--isolate's workers, a sweep's counts) as a Run, before it is saved."""
+    benches = {}
+    for raw in document.get("benchmarks", []):
+        try:
+            bench = bench_of(raw, where)
+        except ResultsError:
+            continue
+        benches[bench.fullname] = bench
+    return Run(where, document.get("machine_info") or {}, document.get("datetime", ""), benches)
+
+
 def lines(bs) -> list[str]:
     """Lines for the terminal: the median-time grid, then the comparison if one was asked for."""
     now = session_run(bs)
     if not now.benchmarks:
         return []
-    title, header, rows = report.tables(report.grid([now]))[0]
-    out = ["", f"opbench: {title}, frameworks and modes side by side", *text_table(header, rows)]
-    out += busy_lines(now)
+    out = grid_lines(now)
     for path in (bs.compared_mapping or {}):
         try:
             saved = Path(path)
