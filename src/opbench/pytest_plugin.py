@@ -90,8 +90,16 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if len(settings.threads) > 1 and not os.environ.get(sweep.CHILD):
         return sweep.run(args, settings.threads, config.option)
     if settings.isolate == "framework" and not os.environ.get(isolation.CHILD):
-        return isolation.run(args, settings.frameworks, config.option, settings.worker_max_rss)
+        return isolation.run(args, settings.frameworks, config.option, settings.worker_max_rss, show=_show_merged)
     return None
+
+
+def _show_merged(document: dict) -> None:
+    """After an isolated run's workers, one grid of all their cases, frameworks side by side."""
+    from opbench.results.summary import document_run, grid_lines
+
+    for line in grid_lines(document_run(document, Path("this run"))):
+        print(line)
 
 
 def marker_names() -> dict[str, str]:

@@ -29,6 +29,7 @@ import re
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -230,9 +231,11 @@ class Outcome:
         return max(code, 1) if self.crashes else code
 
 
-def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int) -> int:
-    """Run each framework's benchmarks in workers, merge, save as the parent was asked to. Returns
-    pytest's exit code for the whole run."""
+def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
+        show: Callable[[dict], None] | None = None) -> int:
+    """Run each framework's benchmarks in workers, merge, hand the merged document to `show` (the
+    plugin prints its side-by-side grid), save as the parent was asked to. Returns pytest's exit
+    code for the whole run."""
     outcome = Outcome()
     with children.terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
         for framework in frameworks:
@@ -243,11 +246,8 @@ def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int) -> i
         print("opbench: interrupted; saving the cases that finished", file=sys.stderr, flush=True)
     if outcome.benches or outcome.failed:
         merged = merge(outcome, max_rss)
-        if not getattr(option, "benchmark_disable", False):
-            from opbench.results.summary import document_run, grid_lines
-
-            for line in grid_lines(document_run(merged, Path("this run"))):  # every worker's cases, side by side
-                print(line)
+        if show is not None and not getattr(option, "benchmark_disable", False):
+            show(merged)  # every worker's cases, side by side
         children.save(merged, option, _autosave_name(), "isolated run")
     return outcome.code
 
