@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 from pathlib import Path
 
 from opbench.core.files import NotWritable, writable_file, writable_folder
-from opbench.core.processes import WorkerFailure, kill_all
+from opbench.core.processes import WorkerFailure, kill_all, terminate_as_interrupt
 from opbench.harness.config import ConfigError, parse_count, parse_number
 from opbench.regression.process import DEFAULT_RUNS
 from opbench.results.compare import STATISTICS
@@ -341,25 +340,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opbench: error: unrecognized arguments: {' '.join(unknown)}" + (f" ({hint})" if hint else ""),
               file=sys.stderr)
         return USAGE_ERROR
-    previous = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        return args.func(args)
-    except (ResultsError, WorkerFailure, NotWritable) as exc:
-        print(f"opbench: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    except KeyboardInterrupt:
-        kill_all()
-        print("opbench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _terminated(signum, frame):
-    """SIGTERM (a CI job cancelled, `kill`) ends a command like Ctrl-C does: workers and
-    children stopped, what finished kept, one line, exit 130. Background jobs of a
-    non-interactive shell ignore SIGINT, so for them this is the only clean way to stop."""
-    raise KeyboardInterrupt
+    with terminate_as_interrupt():  # SIGTERM as Ctrl-C: workers stopped, what finished kept, one line, exit 130
+        try:
+            return args.func(args)
+        except (ResultsError, WorkerFailure, NotWritable) as exc:
+            print(f"opbench: error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+        except KeyboardInterrupt:
+            kill_all()
+            print("opbench: interrupted", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

@@ -88,6 +88,27 @@ def interrupts_deferred() -> Iterator[None]:
             signal.raise_signal(noted[0])  # to the owner's handler: KeyboardInterrupt, or the default action
 
 
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM (a cancelled CI job, `kill`) ends a command as Ctrl-C does:
+    KeyboardInterrupt, so workers and children are stopped and what finished is kept. Background
+    jobs of a non-interactive shell ignore SIGINT, so for them this is the only clean way to stop;
+    without it a parent of child pytests died at once and its child, in a session of its own, ran
+    on. Signal handlers are set in the main thread only: elsewhere the block just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def kill_all() -> None:
     """Kill every worker still running: the last step of an interrupted command, for workers
     whose owner was interrupted before it could close them."""

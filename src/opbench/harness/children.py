@@ -4,11 +4,8 @@ their arguments, their start and interruption, and the one document saved from w
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import subprocess
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -47,25 +44,6 @@ def storage_folder(storage: str) -> Path:
 def next_number(folder: Path) -> str:
     numbers = [int(p.name[:4]) for p in folder.glob("[0-9][0-9][0-9][0-9]_*.json")] if folder.exists() else []
     return f"{max(numbers, default=0) + 1:04d}"
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a cancelled CI job) stops the parent of child pytests as Ctrl-C does: forwarded to
-    the running child, what finished saved. Without it the parent died at once and its child,
-    in a session of its own, ran on."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run_child(cmd: list[str], env: dict) -> tuple[int, bool]:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from opbench.core.processes import terminate_as_interrupt
 from opbench.harness import children
 from opbench.harness.memory import current_rss
 
@@ -237,7 +238,7 @@ def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
     plugin prints its side-by-side grid), save as the parent was asked to. Returns pytest's exit
     code for the whole run."""
     outcome = Outcome()
-    with children.terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
+    with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
         for framework in frameworks:
             _run_framework(framework, args, Path(tmp), max_rss, outcome, first=framework == frameworks[0])
             if outcome.interrupted or USAGE_ERROR in outcome.codes:

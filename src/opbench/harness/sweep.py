@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 
+from opbench.core.processes import terminate_as_interrupt
 from opbench.harness import children
 
 CHILD = "OPBENCH_SWEEP_CHILD"
@@ -49,7 +50,7 @@ def run(args: list[str], counts: tuple[int, ...], option) -> int:
     run is marked interrupted, and the exit code is pytest's for an interruption."""
     env = {**os.environ, CHILD: "1"}
     results, code, interrupted = {}, 0, False
-    with children.terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-sweep-") as tmp:
+    with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-sweep-") as tmp:
         for n in counts:
             path = os.path.join(tmp, f"t{n}.json")
             print(f"opbench: thread sweep: running with --threads={n}", flush=True)
