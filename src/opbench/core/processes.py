@@ -235,7 +235,7 @@ def reply_stream() -> TextIO:
     return replies
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """NumPy scalars and anything else JSON lacks, as plain values."""
     return value.item() if hasattr(value, "item") else str(value)
 
@@ -250,5 +250,5 @@ def serve(answer: Callable[[dict], dict], requests: Iterable[str], replies: Text
             reply = answer(request)
         except Exception as exc:  # a request that went wrong is an answer, not a dead worker
             reply = {"ok": False, "error": one_line(exc)}
-        replies.write(json.dumps(reply, default=_plain) + "\n")
+        replies.write(json.dumps(reply, default=plain) + "\n")
         replies.flush()

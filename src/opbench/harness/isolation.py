@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from opbench.core.processes import terminate_as_interrupt
+from opbench.core.processes import plain, terminate_as_interrupt
 from opbench.harness import children
 from opbench.harness.memory import current_rss
 
@@ -74,7 +74,7 @@ class WorkerProgress:
         faulthandler.enable(file=self.fault)
 
     def _write(self, record: dict) -> None:
-        self.out.write(json.dumps(record, default=_plain) + "\n")
+        self.out.write(json.dumps(record, default=plain) + "\n")
         self.out.flush()
 
     @pytest.hookimpl(trylast=True)
@@ -130,10 +130,6 @@ def _framework(config: pytest.Config) -> str:
     return config.getoption("opbench_framework") or "framework"
 
 
-def _plain(value):
-    return value.item() if hasattr(value, "item") else str(value)
-
-
 def register(config: pytest.Config) -> None:
     """In a worker (CHILD in its environment), add the progress plugin."""
     path = os.environ.get(CHILD)
@@ -160,7 +156,8 @@ class Progress:
     @property
     def running(self) -> str | None:
         """The case the worker started and did not end: where it died."""
-        open_cases = [n for n in self.started if n not in set(self.ended)]
+        ended = set(self.ended)
+        open_cases = [n for n in self.started if n not in ended]
         return open_cases[-1] if open_cases else None
 
 
