@@ -13,23 +13,29 @@ from opbench.results.store import ResultsError, Run, bench_of, load_run
 from opbench.results.tables import table as text_table
 
 
+def _benches(raws, where: Path) -> dict:
+    """Saved-form benchmarks as Bench objects by full name; an unusable timing is left out of the
+    table, as pytest-benchmark leaves it unsaved."""
+    benches = {}
+    for raw in raws:
+        try:
+            bench = bench_of(raw, where)
+        except ResultsError:
+            continue
+        benches[bench.fullname] = bench
+    return benches
+
+
 def session_run(bs) -> Run:
     """This session's benchmarks as a Run (nothing saved is read)."""
-    benches = {}
-    for meta in bs.benchmarks:
-        if meta.has_error or not getattr(meta.stats, "data", None):
-            continue  # failed while timed (a distributed step whose peer died in round 1): no statistics
-        raw = meta.as_dict(include_data=False)
-        if raw.get("stats"):
-            try:
-                bench = bench_of(raw, Path("this session"))
-            except ResultsError:  # an unusable timing is left out of the table, as pytest-benchmark leaves it unsaved
-                continue
-            benches[bench.fullname] = bench
+    # one that failed while timed (a distributed step whose peer died in round 1) has no statistics
+    raws = [meta.as_dict(include_data=False) for meta in bs.benchmarks
+            if not meta.has_error and getattr(meta.stats, "data", None)]
     hook = bs.config.hook
     machine_info = hook.pytest_benchmark_generate_machine_info(config=bs.config)
     hook.pytest_benchmark_update_machine_info(config=bs.config, machine_info=machine_info)
-    return Run(Path("this session"), machine_info, "", benches)
+    return Run(Path("this session"), machine_info, "", _benches([r for r in raws if r.get("stats")],
+                                                                 Path("this session")))
 
 
 def busy_lines(run: Run, most: int = 10) -> list[str]:
@@ -61,14 +67,8 @@ def grid_lines(run: Run) -> list[str]:
 
 def document_run(document: dict, where: Path) -> Run:
     """A merged document (--isolate's workers, a sweep's counts) as a Run, before it is saved."""
-    benches = {}
-    for raw in document.get("benchmarks", []):
-        try:
-            bench = bench_of(raw, where)
-        except ResultsError:
-            continue
-        benches[bench.fullname] = bench
-    return Run(where, document.get("machine_info") or {}, document.get("datetime", ""), benches)
+    return Run(where, document.get("machine_info") or {}, document.get("datetime", ""),
+               _benches(document.get("benchmarks", []), where))
 
 
 def lines(bs) -> list[str]:
