@@ -134,9 +134,10 @@ netns-tools:
 # 5.7-6.1 GB (the largest process 4.3 GB); TEST_JOBS=1 runs them one after the other. Nothing in either
 # lane is timed but the roofline smoke, whose ceiling a loaded machine cannot pass (it can only be slower).
 TEST_JOBS ?= 2
-# The single-node distributed unit tests, the regression gate's and --isolate's (processes that start
-# processes, two minutes) run in the gates' lane, so that both lanes take about as long.
-UNIT_SPLIT := tests/suites/test_distributed.py tests/regression tests/harness/test_isolation.py
+# The single-node distributed unit tests, the regression gate's, --isolate's and the page of users' own
+# benchmarks (processes that start processes, three minutes) run in the gates' lane, so that both lanes
+# take about as long.
+UNIT_SPLIT := tests/suites/test_distributed.py tests/regression tests/harness/test_isolation.py tests/api/test_own_page.py
 
 test: venv browser netns-tools
 	$(BIN)/ruff check src tests benchmarks studies conftest.py

@@ -112,6 +112,7 @@ def marker_names() -> dict[str, str]:
     names |= {d: f"{d} pass" for d in DIRECTIONS}
     names |= {m: f"model {m}" for m in catalogue.MODELS}
     names |= {"e2e": "end-to-end model benchmark"}
+    names |= {"function": "your own code timed through the fw fixture (opbench.api)"}
     names |= {"amp": "end-to-end model in automatic mixed precision (--precision amp)"}
     names |= {"distributed": "data-parallel training over several worker processes"}
     names |= {e.name: f"distributed engine: {e.title}" for e in ENGINES.values()}
@@ -242,10 +243,12 @@ def model_batches(model, profile: str, direction: str) -> tuple[int, ...]:
     return tuple(sorted({1, batch})) if direction == "inference" else (batch,)
 
 
-def model_cases(settings: Settings, direction: str) -> list[Case]:
-    """Every model case the settings select for `direction` ("training" or "inference")."""
+def model_cases(settings: Settings, direction: str, models: tuple[str, ...] | None = None) -> list[Case]:
+    """Every model case the settings select for `direction` ("training" or "inference"), of the
+    `models` named (opbench's own catalogue by default)."""
     cases = []
-    for name, model in catalogue.MODELS.items():
+    for name in catalogue.builtin() if models is None else models:
+        model = catalogue.get(name)
         for batch in model_batches(model, settings.profile, direction):
             for framework in settings.frameworks:
                 if framework not in frameworks.taking_part("models"):  # NumPy is the models' reference
@@ -268,13 +271,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             name, direction = generate.binding(metafunc.definition.get_closest_marker(generate.MARKER))
         except KeyError as exc:
             raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
+        _declare_markers(metafunc.config, (name,), "operator")
+        _declare_markers(metafunc.config, (ops.get(name).family,), "operator family")
         metafunc.parametrize("op_case", as_params(op_cases(state.settings, name, direction)), indirect=True)
     if "model_case" in metafunc.fixturenames:
         state = metafunc.config.stash[STATE]
-        direction = metafunc.function.__name__.removeprefix("test_")
+        marker = metafunc.definition.get_closest_marker(generate.MARKER)
+        direction = (marker.kwargs.get("direction") if marker is not None else None) or \
+            metafunc.function.__name__.removeprefix("test_")
         if direction not in ("training", "inference"):
-            raise pytest.UsageError(f"{metafunc.function.__name__}: model tests are test_training or test_inference")
-        metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction)), indirect=True)
+            raise pytest.UsageError(f"{metafunc.function.__name__}: model tests are test_training or test_inference "
+                                    "(or bound with @pytest.mark.opbench(model=..., direction=...))")
+        try:
+            models = generate.bound_models(marker)
+        except KeyError as exc:
+            raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
+        _declare_markers(metafunc.config, models or (), "model")
+        metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction, models)), indirect=True)
+    if "fw" in metafunc.fixturenames:
+        from opbench.suites.functions import function_cases
+
+        state = metafunc.config.stash[STATE]
+        name = metafunc.function.__name__.removeprefix("test_")
+        _declare_markers(metafunc.config, (name,), "your own function")
+        metafunc.parametrize("fw", as_params(function_cases(state.settings, name)), indirect=True)
     if "convergence_case" in metafunc.fixturenames:
         from opbench.suites.convergence import training
 
@@ -287,6 +307,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         except ConfigError as exc:  # OPBENCH_DIST_NODES
             raise pytest.UsageError(str(exc)) from None
         metafunc.parametrize("dist_case", as_params(cases), indirect=True)
+
+
+def _declare_markers(config: pytest.Config, names, what: str) -> None:
+    """Markers for what a user's own file declared (opbench.api), which pytest_configure could not
+    know: `-m swish` selects, and --strict-markers accepts, them as it does opbench's own."""
+    known = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+    for name in names:
+        if name not in known:
+            config.addinivalue_line("markers", f"{name}: {what} {name} (declared through opbench.api)")
 
 
 @dataclass
@@ -351,7 +380,21 @@ def dist_case(request: pytest.FixtureRequest) -> Bound:
     return Bound(case, backend, request.config.stash[STATE])
 
 
-FIXTURES = ("op_case", "model_case", "convergence_case", "dist_case")
+@pytest.fixture
+def fw(request: pytest.FixtureRequest):
+    """One framework in one mode, on one device and dtype, for a test of the user's own code
+    (opbench.suites.functions.Runner): skipped with the reason where it cannot run here."""
+    from opbench.suites.functions import Runner, admit
+
+    case = request.param
+    try:
+        backend = admit(case)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    return Runner(case, backend, request.config.stash[STATE])
+
+
+FIXTURES = ("op_case", "model_case", "convergence_case", "dist_case", "fw")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -387,10 +430,12 @@ def unavailable(case) -> str | None:
     from opbench.suites.measure import admit
     from opbench.suites.ops import prepare
 
-    if case.kind != "dist":
+    if case.kind != "dist" and not case.is_function:
         return admit(case).unavailable
+    from opbench.suites import functions
+
     try:
-        prepare.require_framework(case.framework, case.device)
+        functions.admit(case) if case.kind != "dist" else prepare.require_framework(case.framework, case.device)
     except Unavailable as exc:
         return str(exc)
     return None

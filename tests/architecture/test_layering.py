@@ -23,7 +23,7 @@ LAYERS = {
     3: {"harness"},
     4: {"suites"},
     5: {"results"},
-    6: {"pytest_plugin", "testing"},
+    6: {"pytest_plugin", "testing", "api"},
     7: {"regression", "cli", "__main__"},
 }
 LAYER = {part: level for level, parts in LAYERS.items() for part in parts}

@@ -48,6 +48,18 @@ class Case:
         return cls("model", name, "convergence", "convergence", framework, device, mode, precision,
                    f"{name}-b{batch}-e{epochs}", (("batch", batch), ("epochs", epochs)))
 
+    @classmethod
+    def function(cls, name: str, framework: str, device: str = "cpu", mode: str = "eager",
+                 dtype: str = "float32") -> Case:
+        """A user's own function timed through the `fw` fixture (opbench.api): `name` is its
+        test's, its family "function", its size whatever the test makes (no label)."""
+        return cls("op", name, "function", "forward", framework, device, mode, dtype, "")
+
+    @property
+    def is_function(self) -> bool:
+        """A user's own function, timed through the `fw` fixture, not a registered operator."""
+        return self.family == "function"
+
     @property
     def is_model(self) -> bool:
         """A model (training, inference or convergence), not an operator."""
@@ -66,13 +78,13 @@ class Case:
     @property
     def id(self) -> str:
         """The pytest id: framework-device-mode-dtype-size."""
-        return f"{self.framework}-{self.device}-{self.mode}-{self.dtype}-{self.label}"
+        return "-".join(filter(None, (self.framework, self.device, self.mode, self.dtype, self.label)))
 
     @property
     def group(self) -> str:
         """Benchmark group: one per operator/model, direction, device, dtype and size,
         so that frameworks and modes stand side by side."""
-        return f"{self.name}-{self.direction}[{self.device}-{self.dtype}-{self.label}]"
+        return f"{self.name}-{self.direction}[{'-'.join(filter(None, (self.device, self.dtype, self.label)))}]"
 
     @property
     def markers(self) -> tuple[str, ...]:

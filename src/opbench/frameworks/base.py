@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from opbench.workloads import ops
+
 Call = Callable[[], Any]
 
 
@@ -110,8 +112,11 @@ class Backend(abc.ABC):
         """The intra-op thread count the framework will actually use now."""
 
     def op(self, name: str) -> Callable[..., Any] | None:
-        """This framework's implementation of operator `name`, or None."""
-        return getattr(self._ops_module(), name, None)
+        """This framework's implementation of operator `name`, or None: the one an operator
+        declared outside opbench carries (opbench.api.operator), else this backend's own."""
+        spec = ops.REGISTRY.get(name)
+        own = spec.implementations.get(self.name) if spec is not None else None
+        return own() if own is not None else getattr(self._ops_module(), name, None)
 
     def implemented(self) -> frozenset[str]:
         """The operators this backend implements: its ops module's public functions. Each must be
@@ -122,6 +127,15 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _ops_module(self) -> Any: ...
+
+    def compiled(self, fn: Callable[..., Any], mode: str, device: str) -> Callable[..., Any]:
+        """`fn(*tensors)` in `mode` on `device`, compiled as this backend compiles its operators
+        (the `fw` fixture's compile): tracing or compilation happens on its first call."""
+        raise self.no_mode(mode)
+
+    def wait(self, result: Any, device: str) -> None:
+        """Block until `result` is computed: the device synchronised, where the framework queues work."""
+        self.sync(device)
 
     @abc.abstractmethod
     def forward(self, impl: Callable[..., Any], p: dict, args: Sequence[Any], mode: str, device: str) -> Call:

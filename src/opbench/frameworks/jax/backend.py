@@ -105,6 +105,12 @@ class JaxBackend(Backend):
             return fn
         raise self.no_mode(mode)
 
+    def compiled(self, fn, mode, device):
+        return self._mode(fn, mode)
+
+    def wait(self, result, device):
+        jax.block_until_ready(result)
+
     def forward(self, impl, p, args, mode, device) -> Call:
         fn = self._mode(lambda *xs: impl(p, *xs), mode)
         return lambda: jax.block_until_ready(fn(*args))

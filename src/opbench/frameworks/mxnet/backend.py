@@ -101,6 +101,10 @@ class MxnetBackend(Backend):
             return lambda *xs: impl(mx.nd, p, *xs)
         raise self.no_mode(mode)
 
+    def compiled(self, fn, mode, device):
+        """fn(F, *arrays), F being mx.nd in eager mode and mx.sym in a hybridized block's graph."""
+        return self._bind(lambda F, p, *xs: fn(F, *xs), {}, mode, device)
+
     def forward(self, impl, p, args, mode, device) -> Call:
         fn = self._bind(impl, p, mode, device)
 

@@ -83,6 +83,15 @@ class TensorflowBackend(Backend):
             return fn
         raise self.no_mode(mode)
 
+    def compiled(self, fn, mode, device):
+        traced, where = self._mode(fn, mode), _DEVICES[device]
+
+        def on_device(*xs):
+            with tf.device(where):
+                return traced(*xs)
+
+        return on_device
+
     def forward(self, impl, p, args, mode, device) -> Call:
         fn = self._mode(lambda *xs: impl(p, *xs), mode)
         where = _DEVICES[device]

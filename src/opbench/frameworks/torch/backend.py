@@ -89,6 +89,9 @@ class TorchBackend(Backend):
             return fn
         raise self.no_mode(mode)
 
+    def compiled(self, fn, mode, device):
+        return self._mode(fn, mode)
+
     def forward(self, impl, p, args, mode, device) -> Call:
         fn = self._mode(lambda *xs: impl(p, *xs), mode)
 

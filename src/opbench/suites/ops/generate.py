@@ -32,11 +32,14 @@ def operator_benchmarks(family: str) -> dict[str, Callable]:
         raise ValueError(f"unknown operator family {family!r}; valid: {', '.join(ops.FAMILIES)}")
     tests = {}
     for spec in ops.REGISTRY.values():
-        if spec.family == family:
-            for direction in directions(spec):
-                name = test_name(spec.name, direction)
-                tests[name] = _benchmark(spec.name, direction, name)
+        if spec.family == family and not spec.origin:  # a user's own operators are benchmarked where declared
+            tests |= benchmarks_of(spec)
     return tests
+
+
+def benchmarks_of(spec: ops.OpSpec) -> dict[str, Callable]:
+    """The benchmarks of one operator, by test name: forward, and backward where it has a gradient."""
+    return {test_name(spec.name, d): _benchmark(spec.name, d, test_name(spec.name, d)) for d in directions(spec)}
 
 
 def _benchmark(op: str, direction: str, name: str) -> Callable:
@@ -48,6 +51,20 @@ def _benchmark(op: str, direction: str, name: str) -> Callable:
     benchmark_test.__name__ = benchmark_test.__qualname__ = name
     benchmark_test.__doc__ = f"{op} {direction} over the selected frameworks, modes, devices, dtypes and sizes."
     return getattr(pytest.mark, MARKER)(op=op, direction=direction)(benchmark_test)
+
+
+def bound_models(marker: pytest.Mark | None) -> tuple[str, ...] | None:
+    """The models a model benchmark is bound to by its opbench marker (model="name", or a tuple of
+    names); None, the catalogue's own, without one. KeyError names an unknown model."""
+    from opbench.workloads.models import catalogue
+
+    named = None if marker is None else marker.kwargs.get("model")
+    if named is None:
+        return None
+    names = (named,) if isinstance(named, str) else tuple(named)
+    for name in names:
+        catalogue.get(name)  # KeyError lists the valid names
+    return names
 
 
 def binding(marker: pytest.Mark | None) -> tuple[str, str]:

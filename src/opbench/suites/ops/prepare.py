@@ -137,7 +137,7 @@ def _cotangent(case: Case, shape: tuple[int, ...]) -> np.ndarray:
     return inputs.host_array(r.standard_normal(shape).astype(np.float32), case.dtype)
 
 
-def _compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, tol: float,
+def compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, tol: float,
              floor: np.ndarray | float | None = None, absolute: np.ndarray | float | None = None,
              used: list[float] | None = None, excuse: Excuse | None = None, known: list[str] | None = None) -> float:
     """max|got - want|, after checking every element against tol * (|want| + floor) (floor: the
@@ -239,7 +239,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                     return spec.check(p, exact, got)
                 except AssertionError as exc:  # the check's own failure is a correctness failure like any
                     raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: {exc}") from None
-            return _compare("output", got, want, case, out_tol, floor, absolute, shares)
+            return compare("output", got, want, case, out_tol, floor, absolute, shares)
     else:
         native = [
             backend.from_numpy(to_native(a, arg.kind, image, kernel), case.device, case.dtype)
@@ -256,7 +256,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
 
             def verify(result):
                 known: list[str] = []
-                return _known(case, known, _compare("output", to_host(result, spec.output_kind), want, case, out_tol,
+                return _known(case, known, compare("output", to_host(result, spec.output_kind), want, case, out_tol,
                                                     floor, absolute, shares, out_excuse, known))
         else:
             ct = _cotangent(case, want.shape)
@@ -282,12 +282,12 @@ def prepare(case: Case, backend: Backend) -> Prepared:
                 if len(grads) != len(argnums):
                     raise CorrectnessError(f"{case.framework} returned {len(grads)} gradients, expected {len(argnums)}")
                 known: list[str] = []
-                errs = [_compare("output", to_host(out, spec.output_kind), want, case, out_tol, floor, absolute,
+                errs = [compare("output", to_host(out, spec.output_kind), want, case, out_tol, floor, absolute,
                                  shares, out_excuse, known)]
                 for i, g, w, f, a, e in zip(argnums, grads, want_grads, grad_floors, grad_abs, grad_excuses,
                                             strict=True):
                     arg = spec.args[i]
-                    errs.append(_compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f, a,
+                    errs.append(compare(f"gradient of {arg.name}", to_host(g, arg.kind), w, case, grad_tol, f, a,
                                          shares, e, known))
                 return _known(case, known, max(errs))
 

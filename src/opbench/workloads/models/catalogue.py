@@ -143,6 +143,11 @@ register(ModelSpec(
 ))
 
 
+def builtin() -> tuple[str, ...]:
+    """The catalogue's own models: what a benchmark not bound to a model runs."""
+    return tuple(name for name, model in MODELS.items() if not model.origin)
+
+
 def get(name: str) -> ModelSpec:
     try:
         return MODELS[name]

@@ -120,6 +120,9 @@ def embedded_mnist() -> tuple[np.ndarray, np.ndarray]:
 
 def real(model: ModelSpec, batch: int, folder: str, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Batch number `index` of the model's dataset from `folder`, shaped for the model."""
+    if model.dataset not in LOADERS:
+        raise DataError(f"{model.name} names no dataset --data-dir can read ({model.dataset or 'none'}; "
+                        f"valid: {', '.join(LOADERS)}): it trains on synthetic batches only")
     x, y = LOADERS[model.dataset](folder)
     if np.ndim(y) != 1 or len(y) != len(x):
         raise DataError(f"{model.dataset} in {folder}: {len(x)} samples but {np.size(y)} labels")

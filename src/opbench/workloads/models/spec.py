@@ -119,6 +119,7 @@ class ModelSpec:
     batch: dict[str, int]  # per profile
     dataset: str  # "mnist", "cifar10", "imdb": what --data-dir data it reads
     notes: str = ""
+    origin: str = ""  # the file that declared it outside opbench (opbench.api.model); "" for the catalogue's own
 
     @property
     def classes(self) -> int:

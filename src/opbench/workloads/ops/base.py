@@ -98,6 +98,12 @@ class OpSpec:
     edge_problem: Params | None = None
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # An operator declared outside opbench (opbench.api.operator) carries its own implementations:
+    # by framework name, a function that returns one with the signature the backends' own have (it
+    # imports the framework when the backend asks, never before); `origin` is the file that
+    # declared it ("" for opbench's own, whose implementations live in their backends).
+    implementations: Mapping[str, Callable[[], Callable[..., Any]]] = field(default_factory=dict)
+    origin: str = ""
 
     @property
     def differentiable(self) -> bool:

@@ -1,0 +1,280 @@
+"""opbench's public API: your own operators, models and code, benchmarked as opbench's own are.
+
+This is the one supported import for code outside opbench (docs/usage/own.md); every other
+module may change between releases. Importing it imports no framework.
+
+- `operator(...)` declares an operator: its inputs, NumPy reference and gradient, and one
+  implementation per framework. `globals().update(op.benchmarks())` in a test file then gives
+  its forward and backward benchmarks over every selected framework, mode, device, dtype and
+  size, each checked against NumPy before it is timed, with the roofline, the observed threads,
+  the machine's load and the report, exactly as a built-in operator.
+- `model(...)` declares a model from opbench's layers (Dense, Conv2D, ...): every framework
+  builds it with the same weights, and `globals().update(m.benchmarks())` gives its training
+  step and inference benchmarks, held to the float64 reference as the catalogue's models are.
+- The `fw` fixture (the pytest plugin) gives a test one framework in one mode on one device and
+  dtype: `fw.array`, `fw.compile`, `fw.sync`, `fw.check` and `fw.measure` (Runner).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from opbench.core.case import dims_label
+from opbench.suites.functions import Runner
+from opbench.suites.ops.prepare import CorrectnessError
+from opbench.workloads import ops
+from opbench.workloads.models import catalogue
+from opbench.workloads.models.spec import (
+    LSTM,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    ModelSpec,
+    Optimizer,
+    Pool2D,
+    Residual,
+)
+from opbench.workloads.ops.base import Arg, register
+
+__all__ = ["LSTM", "Arg", "BatchNorm", "Conv2D", "CorrectnessError", "DeclarationError", "Dense", "Flatten",
+           "GlobalAvgPool", "Model", "Operator", "Optimizer", "Pool2D", "Residual", "Runner", "model", "operator"]
+
+
+class DeclarationError(ValueError):
+    """A declaration opbench cannot benchmark; the message names the declaring file and line."""
+
+
+def _caller(depth: int = 2) -> str:
+    """'file.py:12' of the declaration (the frame `depth` levels up)."""
+    frame = inspect.stack()[depth]
+    return f"{Path(frame.filename).name}:{frame.lineno}"
+
+
+def _frameworks() -> tuple[str, ...]:
+    from opbench import frameworks
+
+    return tuple(frameworks.declared())
+
+
+@dataclass(frozen=True)
+class Operator:
+    """A declared operator: `spec` is what opbench runs."""
+
+    spec: ops.OpSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def benchmarks(self) -> dict[str, Callable]:
+        """`test_<name>` and, with a gradient, `test_<name>_backward`: for `globals().update(...)`."""
+        from opbench.suites.ops.generate import benchmarks_of
+
+        return benchmarks_of(self.spec)
+
+
+def _as_tuple(made: Any) -> tuple[np.ndarray, ...]:
+    return tuple(made) if isinstance(made, tuple | list) else (made,)
+
+
+def _float32(arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(a, np.float32) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in arrays)
+
+
+def operator(name: str, *, reference: Callable[..., np.ndarray], inputs: Callable[..., Any],
+             sizes: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]],
+             vjp: Callable[..., Any] | None = None, flops: Callable[[Mapping[str, Any]], float] | None = None,
+             args: Sequence[str | Arg] | None = None, family: str = "custom", tol_scale: float = 1.0,
+             label: Callable[[Mapping[str, Any]], str] | None = None,
+             **implementations: Callable[..., Any]) -> Operator:
+    """Declare operator `name`.
+
+    - `inputs(rng, p)`: its input arrays (one, or a tuple) for the problem `p`, made with the
+      NumPy Generator `rng`: the same in every framework.
+    - `reference(p, *inputs)`: NumPy's output, evaluated in float64 as the check's oracle.
+    - `sizes`: the problems, each a dict (`{"n": 256, "d": 1024}`), or by profile
+      (`{"quick": [...], "full": [...]}`; one list serves both).
+    - `vjp(p, inputs, cotangent)`: the gradient of each input (one array, or a tuple), for the
+      backward benchmark; without it there is none.
+    - `flops(p)`: the forward pass's FLOPs, for GFLOP/s and the roofline's plausibility check.
+    - outputs and gradients are held to opbench's relative tolerance for the dtype (float32
+      5e-5, times `tol_scale`) of |ref| + RMS(ref), element by element.
+    - one implementation per framework, by name (`torch=`, `tensorflow=`, `jax=`, `mxnet=`;
+      `numpy=` replaces the reference as NumPy's own entry): `impl(module, p, *inputs)` on the
+      framework's arrays, `module` being the framework's package (torch, tensorflow, jax,
+      numpy), imported when its benchmark runs and not before; MXNet's is F, mx.nd or mx.sym
+      (hybridized), as its own operators get it. A framework without one is skipped with that
+      reason.
+
+    Raises DeclarationError, naming the declaring line, for a name opbench already has, an
+    unknown framework, or a reference or gradient that fails on the first size.
+    """
+    where = _caller()
+    known = _frameworks()
+    unknown = sorted(set(implementations) - set(known))
+    if unknown:
+        raise DeclarationError(f"{where}: operator {name!r}: unknown framework {', '.join(unknown)}; "
+                               f"valid: {', '.join(known)}")
+    if name in ops.REGISTRY:
+        raise DeclarationError(f"{where}: operator {name!r} is declared already "
+                               f"({ops.REGISTRY[name].origin or 'one of opbench own'}): choose another name")
+    profiles = dict(sizes) if isinstance(sizes, Mapping) else {"quick": tuple(sizes), "full": tuple(sizes)}
+    profiles = {k: tuple(dict(p) for p in v) for k, v in profiles.items()}
+    if set(profiles) != {"quick", "full"} or not all(profiles.values()):
+        raise DeclarationError(f"{where}: operator {name!r}: sizes is a list of problems, or one per profile "
+                               "(quick and full)")
+    first = profiles["quick"][0]
+    made = _float32(_as_tuple(inputs(np.random.default_rng(0), first)))
+    names = [a if isinstance(a, Arg) else Arg(a) for a in (args or [f"x{i}" for i in range(len(made))])]
+    if len(names) != len(made):
+        raise DeclarationError(f"{where}: operator {name!r}: {len(names)} args named, inputs made {len(made)}")
+    _check_reference(where, name, reference, vjp, first, made, names)
+    spec = ops.OpSpec(
+        name=name, family=family, args=tuple(names),
+        make=lambda r, p: _float32(_as_tuple(inputs(r, p))),
+        reference=reference,
+        vjp=None if vjp is None else (lambda p, arrays, ct: _as_tuple(vjp(p, arrays, ct))),
+        shapes=profiles,
+        label=label or (lambda p: dims_label(*p.values()) if all(isinstance(v, int) for v in p.values())
+                        else "-".join(f"{k}{v}" for k, v in p.items())),
+        small=lambda: _fixed(first), fixed=first, flops=flops, tol_scale=tol_scale,
+        implementations={fw: functools.partial(_bound, fn, fw) for fw, fn in implementations.items()}, origin=where,
+    )
+    register(spec)
+    return Operator(spec)
+
+
+def _bound(fn: Callable[..., Any], framework: str) -> Callable[..., Any]:
+    """`fn` with its framework's module given first, as the backend calls its own operators:
+    imported here, when the backend asks, outside anything a compiler traces. MXNet's backend
+    hands its F (mx.nd or mx.sym) itself."""
+    if framework == "mxnet":
+        return fn
+    module = framework_module(framework)
+    return lambda p, *xs: fn(module, p, *xs)
+
+
+def framework_module(framework: str) -> Any:
+    """The package of `framework`, as `import` names it (torch, tensorflow, jax, mxnet, numpy)."""
+    from opbench import frameworks
+
+    return importlib.import_module(frameworks.declared()[framework].package)
+
+
+def _fixed(p: Mapping[str, Any]):
+    from hypothesis import strategies as st
+
+    return st.just(dict(p))
+
+
+def _check_reference(where, name, reference, vjp, p, made, names) -> None:
+    """The reference (and gradient) computed on the first size, in float64: one line where not."""
+    exact = tuple(a.astype(np.float64) if a.dtype.kind == "f" else a for a in made)
+    try:
+        out = np.asarray(reference(p, *exact))
+    except Exception as exc:
+        raise DeclarationError(f"{where}: operator {name!r}: reference(p, *inputs) fails on {p}: "
+                               f"{type(exc).__name__}: {exc}") from None
+    if out.dtype.kind != "f" or not np.all(np.isfinite(out)):
+        raise DeclarationError(f"{where}: operator {name!r}: reference gives {out.dtype} with "
+                               f"{'non-finite values' if out.dtype.kind == 'f' else 'no floating point'} on {p}")
+    if vjp is None:
+        return
+    try:
+        grads = _as_tuple(vjp(p, exact, np.ones_like(out)))
+    except Exception as exc:
+        raise DeclarationError(f"{where}: operator {name!r}: vjp(p, inputs, cotangent) fails on {p}: "
+                               f"{type(exc).__name__}: {exc}") from None
+    want = [a.shape for a, arg in zip(exact, names, strict=True) if arg.differentiable]
+    if [np.shape(g) for g in grads] != want:
+        raise DeclarationError(f"{where}: operator {name!r}: vjp gives gradients of shapes "
+                               f"{[np.shape(g) for g in grads]}, its differentiable inputs have {want}")
+
+
+_RANK = {Conv2D: 3, Pool2D: 3, GlobalAvgPool: 3, BatchNorm: None, LSTM: 2}  # the input rank each layer takes
+
+
+def _misfit(spec: ModelSpec) -> str:
+    """What does not fit in the model's layers: a layer given an input of the wrong rank, or a
+    shape that shrinks to nothing; "" where every layer fits."""
+    from opbench.workloads.models.spec import walk
+
+    for path, layer, shape in walk(spec.layers, spec.input_shape):
+        rank = _RANK.get(type(layer))
+        if rank is not None and len(shape) != rank:
+            return f"layer {path} ({type(layer).__name__}) takes {rank}-D inputs (no batch axis), not {shape}"
+        if any(d < 1 for d in shape):
+            return f"layer {path} ({type(layer).__name__}) gets the empty shape {shape}"
+    return ""
+
+
+@dataclass(frozen=True)
+class Model:
+    """A declared model: `spec` is what every framework builds."""
+
+    spec: ModelSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def benchmarks(self) -> dict[str, Callable]:
+        """`test_<name>_training` and `test_<name>_inference`: for `globals().update(...)`."""
+        import pytest
+
+        from opbench.suites.measure import measure
+
+        def make(direction: str) -> Callable:
+            def benchmark_test(model_case, benchmark):
+                measure(benchmark, model_case)
+
+            benchmark_test.__name__ = benchmark_test.__qualname__ = f"test_{self.name}_{direction}"
+            benchmark_test.__doc__ = f"{self.name} {direction} over the selected frameworks, modes and precisions."
+            return pytest.mark.opbench(model=self.name, direction=direction)(benchmark_test)
+
+        return {f"test_{self.name}_{d}": make(d) for d in ("training", "inference")}
+
+
+def model(name: str, *, input_shape: Sequence[int], layers: Sequence[Any], optimizer: Optimizer | None = None,
+          batch: int | Mapping[str, int] = 32, dataset: str = "", notes: str = "") -> Model:
+    """Declare model `name`: `layers` (opbench's Dense, Conv2D, Pool2D, Flatten, LSTM, BatchNorm,
+    GlobalAvgPool, Residual) on inputs of `input_shape` (no batch axis), the last a Dense whose
+    units are the classes; trained with `optimizer` (SGD 0.01 by default) on synthetic batches of
+    `batch` (or `dataset`'s, one of --data-dir's, where given). Raises DeclarationError, naming the
+    declaring line, for a name opbench already has or layers that do not fit together."""
+    from opbench.workloads.models.spec import Layer, param_shapes
+
+    where = _caller()
+    if name in catalogue.MODELS:
+        raise DeclarationError(f"{where}: model {name!r} is declared already "
+                               f"({catalogue.MODELS[name].origin or 'one of opbench own'}): choose another name")
+    kinds = Layer.__args__
+    for layer in layers:
+        if not isinstance(layer, kinds):
+            raise DeclarationError(f"{where}: model {name!r}: {layer!r} is not one of opbench's layers "
+                                   f"({', '.join(k.__name__ for k in kinds)})")
+    if not layers or not isinstance(layers[-1], Dense):
+        raise DeclarationError(f"{where}: model {name!r}: the last layer is a Dense, its units the classes")
+    sizes = dict(batch) if isinstance(batch, Mapping) else {"quick": int(batch), "full": int(batch)}
+    spec = ModelSpec(name=name, input_shape=tuple(input_shape), layers=tuple(layers),
+                     optimizer=optimizer or Optimizer("sgd", 0.01), batch=sizes, dataset=dataset,
+                     notes=notes or f"declared in {where}", origin=where)
+    try:
+        misfit = _misfit(spec)
+        param_shapes(spec)
+    except Exception as exc:
+        misfit = f"{type(exc).__name__}: {exc}"
+    if misfit:
+        raise DeclarationError(f"{where}: model {name!r}: its layers do not fit {tuple(input_shape)}: {misfit}")
+    catalogue.register(spec)
+    return Model(spec)

@@ -1,0 +1,167 @@
+"""A user's own function, timed under the guarantees of opbench's own benchmarks: the `fw` fixture.
+
+A test that asks for `fw` runs once per selected framework, mode, device and dtype (ids and
+markers as the suite's: `torch-cpu-compile-float32`). `fw` hands it what opbench itself uses on
+that framework: arrays on the device, a function compiled in the mode as opbench compiles its
+operators, the synchronisation, NumPy's check with opbench's tolerance rules, and `measure`,
+which checks the result before anything is timed, times on the observed threads with the load
+of the machine recorded, and checks one more call after the timed rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from opbench.core.case import Case
+from opbench.frameworks.base import Backend, Unavailable
+from opbench.harness.memory import PeakOf
+from opbench.harness.session import Session
+from opbench.suites import measure as measuring
+from opbench.suites.ops.prepare import CorrectnessError, compare, require_framework
+from opbench.workloads import ops
+
+
+def function_cases(settings, name: str) -> list[Case]:
+    """One case of the function test `name` per selected framework (NumPy included, where the test
+    can run on it), mode, device and dtype."""
+    from opbench import frameworks
+
+    return [Case.function(name, framework, device, mode, dtype)
+            for framework in settings.frameworks if framework in frameworks.taking_part("ops")
+            for mode in settings.framework_modes(framework)
+            for device in settings.devices
+            for dtype in settings.dtypes]
+
+
+def admit(case: Case) -> Backend:
+    """The backend that runs a function case; Unavailable says why it cannot run here."""
+    backend = require_framework(case.framework, case.device)
+    if case.mode not in backend.modes:
+        raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
+    if case.dtype not in backend.dtypes(case.device):
+        raise Unavailable(f"{case.framework} does not compute in {case.dtype} on the {case.device}")
+    return backend
+
+
+Results = Any  # a framework tensor, or a tuple or list of them
+References = np.ndarray | Sequence[np.ndarray]
+
+
+@dataclass
+class Runner:
+    """One framework in one mode, on one device and dtype: what the `fw` fixture gives a test."""
+
+    case: Case
+    backend: Backend
+    state: Session
+
+    @property
+    def framework(self) -> str:
+        return self.case.framework
+
+    @property
+    def mode(self) -> str:
+        return self.case.mode
+
+    @property
+    def device(self) -> str:
+        return self.case.device
+
+    @property
+    def dtype(self) -> str:
+        return self.case.dtype
+
+    @property
+    def version(self) -> str:
+        return self.backend.version()
+
+    @property
+    def module(self) -> Any:
+        """The framework's package, as `import` names it: torch, tensorflow, jax, mxnet, numpy."""
+        import importlib
+
+        from opbench import frameworks
+
+        return importlib.import_module(frameworks.declared()[self.framework].package)
+
+    def array(self, values: Any) -> Any:
+        """`values` (anything NumPy takes) as this framework's array on the device, floating point in the dtype."""
+        return self.backend.from_numpy(np.asarray(values), self.device, self.dtype)
+
+    def numpy(self, result: Results) -> np.ndarray | tuple[np.ndarray, ...]:
+        """A result as NumPy (float32 for floating point), a tuple for a tuple or list of results."""
+        if isinstance(result, tuple | list):
+            return tuple(self.backend.to_numpy(r) for r in result)
+        return self.backend.to_numpy(result)
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` in this mode, as opbench compiles its own operators: as it is in eager mode;
+        tf.function (graph) or with jit_compile (xla); torch.compile(fullgraph=True); jax.jit; a
+        hybridized Gluon block, for which MXNet calls fn(F, *arrays) with F its nd or sym module
+        (MXNet's eager mode calls fn(mx.nd, *arrays) too). Compilation happens on the first call."""
+        return self.backend.compiled(fn, self.mode, self.device)
+
+    def sync(self, result: Results = None) -> None:
+        """Wait until the device has computed everything queued (and `result`, where the framework
+        waits on results rather than on devices)."""
+        self.backend.wait(result, self.device) if result is not None else self.backend.sync(self.device)
+
+    def check(self, result: Results, reference: References, rtol: float | None = None) -> float:
+        """The largest error of `result` against NumPy's `reference` (an array, or one per result),
+        after every element was held to rtol * (|ref| + RMS(ref)) plus the dtype's smallest normal,
+        rtol being opbench's for the dtype (float32 5e-5) unless given; CorrectnessError, one
+        line naming the element, the values and the allowance, where one is off, NaN or misshapen."""
+        got = self.numpy(result)
+        gots = got if isinstance(got, tuple) else (got,)
+        wants = tuple(reference) if isinstance(reference, tuple | list) else (reference,)
+        if len(gots) != len(wants):
+            raise CorrectnessError(f"{self.case.id} {self.case.name}: {len(gots)} results against "
+                                   f"{len(wants)} references")
+        tol = ops.TOLERANCE[self.dtype] if rtol is None else rtol
+        errors = [compare("result" if len(gots) == 1 else f"result {i}", np.asarray(g),
+                          np.asarray(w, dtype=np.float64), self.case, tol)
+                  for i, (g, w) in enumerate(zip(gots, wants, strict=True))]
+        return max(errors, default=0.0)
+
+    def measure(self, benchmark, call: Callable[[], Results], reference: References, *,
+                rtol: float | None = None, flops: float | None = None, bytes_moved: float | None = None) -> Results:
+        """Time `call` (no arguments; it returns the result) with pytest-benchmark, as opbench
+        times its own operators: threads pinned and observed, one call first (compiles), its
+        result checked against `reference` before anything is timed, every timed call
+        synchronised, the machine's load over the rounds and the peak memory recorded, one more
+        call checked after them. `flops` holds the timing to the machine's ceiling and adds
+        GFLOP/s to the report. Returns the checked result."""
+        case, backend, state = self.case, self.backend, self.state
+        threads, how = measuring.threads_of(case, backend, state)
+
+        def timed():
+            result = call()
+            backend.wait(result, case.device)
+            return result
+
+        result, first_s = measuring.first_call(timed)
+        err = self.check(result, reference, rtol)
+        measuring.threads_held(case, backend, threads, "after its first call")
+        info = {**measuring.identity(case, backend, threads, err), "first_call_s": first_s,
+                "threads_observed": how, "flops": flops, "bytes": bytes_moved}
+        with measuring.recording(benchmark, case, info):
+            with PeakOf() as rss, measuring.loaded(benchmark, threads):
+                benchmark(timed)
+            measuring.threads_held(case, backend, threads, "after its timed rounds")
+            try:
+                self.check(timed(), reference, rtol)
+            except CorrectnessError as exc:
+                raise CorrectnessError(f"after its timed rounds, {exc}") from None
+            timing = measuring.timing_of(benchmark)
+            if timing is not None:
+                if flops:
+                    state.roofline.check(flops, timing.min_s, case.device, case.dtype, backend)
+                benchmark.extra_info.update(gflops=flops / timing.median_s / 1e9 if flops else None,
+                                            gbps=bytes_moved / timing.median_s / 1e9 if bytes_moved else None,
+                                            **rss.as_extra())
+                measuring.warn_if_noisy(case.id, timing)
+        return result
