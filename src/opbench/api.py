@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from opbench.core.case import dims_label
+from opbench.core.errors import DeclarationError
 from opbench.suites.functions import Runner
 from opbench.suites.ops.prepare import CorrectnessError
 from opbench.workloads import ops
@@ -47,11 +48,8 @@ from opbench.workloads.models.spec import (
 from opbench.workloads.ops.base import Arg, register
 
 __all__ = ["LSTM", "Arg", "BatchNorm", "Conv2D", "CorrectnessError", "DeclarationError", "Dense", "Flatten",
-           "GlobalAvgPool", "Model", "Operator", "Optimizer", "Pool2D", "Residual", "Runner", "model", "operator"]
-
-
-class DeclarationError(ValueError):
-    """A declaration opbench cannot benchmark; the message names the declaring file and line."""
+           "GlobalAvgPool", "Model", "Operator", "Optimizer", "Pool2D", "Residual", "Runner", "model", "models_from",
+           "operator"]
 
 
 def _caller(depth: int = 2) -> str:
@@ -201,23 +199,6 @@ def _check_reference(where, name, reference, vjp, p, made, names) -> None:
                                f"{[np.shape(g) for g in grads]}, its differentiable inputs have {want}")
 
 
-_RANK = {Conv2D: 3, Pool2D: 3, GlobalAvgPool: 3, BatchNorm: None, LSTM: 2}  # the input rank each layer takes
-
-
-def _misfit(spec: ModelSpec) -> str:
-    """What does not fit in the model's layers: a layer given an input of the wrong rank, or a
-    shape that shrinks to nothing; "" where every layer fits."""
-    from opbench.workloads.models.spec import walk
-
-    for path, layer, shape in walk(spec.layers, spec.input_shape):
-        rank = _RANK.get(type(layer))
-        if rank is not None and len(shape) != rank:
-            return f"layer {path} ({type(layer).__name__}) takes {rank}-D inputs (no batch axis), not {shape}"
-        if any(d < 1 for d in shape):
-            return f"layer {path} ({type(layer).__name__}) gets the empty shape {shape}"
-    return ""
-
-
 @dataclass(frozen=True)
 class Model:
     """A declared model: `spec` is what every framework builds."""
@@ -249,32 +230,24 @@ def model(name: str, *, input_shape: Sequence[int], layers: Sequence[Any], optim
           batch: int | Mapping[str, int] = 32, dataset: str = "", notes: str = "") -> Model:
     """Declare model `name`: `layers` (opbench's Dense, Conv2D, Pool2D, Flatten, LSTM, BatchNorm,
     GlobalAvgPool, Residual) on inputs of `input_shape` (no batch axis), the last a Dense whose
-    units are the classes; trained with `optimizer` (SGD 0.01 by default) on synthetic batches of
-    `batch` (or `dataset`'s, one of --data-dir's, where given). Raises DeclarationError, naming the
-    declaring line, for a name opbench already has or layers that do not fit together."""
-    from opbench.workloads.models.spec import Layer, param_shapes
+    units are the classes; trained with `optimizer` (SGD 0.01 by default; "sgd" or "adam") on
+    synthetic batches of `batch` (or `dataset`'s, one of --data-dir's, where given). Raises
+    DeclarationError, naming the declaring line, for a name opbench already has or layers that do
+    not fit together."""
+    from opbench.workloads.models import blueprint
 
-    where = _caller()
-    if name in catalogue.MODELS:
-        raise DeclarationError(f"{where}: model {name!r} is declared already "
-                               f"({catalogue.MODELS[name].origin or 'one of opbench own'}): choose another name")
-    kinds = Layer.__args__
-    for layer in layers:
-        if not isinstance(layer, kinds):
-            raise DeclarationError(f"{where}: model {name!r}: {layer!r} is not one of opbench's layers "
-                                   f"({', '.join(k.__name__ for k in kinds)})")
-    if not layers or not isinstance(layers[-1], Dense):
-        raise DeclarationError(f"{where}: model {name!r}: the last layer is a Dense, its units the classes")
-    sizes = dict(batch) if isinstance(batch, Mapping) else {"quick": int(batch), "full": int(batch)}
-    spec = ModelSpec(name=name, input_shape=tuple(input_shape), layers=tuple(layers),
-                     optimizer=optimizer or Optimizer("sgd", 0.01), batch=sizes, dataset=dataset,
-                     notes=notes or f"declared in {where}", origin=where)
-    try:
-        misfit = _misfit(spec)
-        param_shapes(spec)
-    except Exception as exc:
-        misfit = f"{type(exc).__name__}: {exc}"
-    if misfit:
-        raise DeclarationError(f"{where}: model {name!r}: its layers do not fit {tuple(input_shape)}: {misfit}")
+    spec = blueprint.declared(name, input_shape, layers, optimizer, batch, dataset, notes, _caller())
     catalogue.register(spec)
     return Model(spec)
+
+
+def models_from(path: str | Path) -> list[Model]:
+    """Every model of a blueprint file (TOML, one [model.NAME] table each: docs/usage/own.md),
+    declared: `for m in models_from("models.toml"): globals().update(m.benchmarks())`. Raises
+    DeclarationError, one line naming the file and the model, for one opbench cannot build."""
+    from opbench.workloads.models import blueprint
+
+    specs = blueprint.load(path)
+    for spec in specs:
+        catalogue.register(spec)
+    return [Model(spec) for spec in specs]

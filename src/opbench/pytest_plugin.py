@@ -62,6 +62,7 @@ class State(Session):
     selected: int | None = None  # test items left after collection and deselection
     warmup_by_opbench: bool = False  # opbench turned pytest-benchmark's warm-up on (its header says off)
     baseline_note: str | None = None  # which saved run --benchmark-compare took, where opbench chose it
+    workload_models: tuple[str, ...] = ()  # the models of --workloads, run beside the catalogue's own
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -135,10 +136,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
     _check_json_target(config)
     state = State(settings, malloc=allocator.apply(settings.malloc))
+    state.workload_models = _load_workloads(settings.workloads)
     config.stash[STATE] = state
     isolation.register(config)  # in an --isolate worker: its progress, case by case
     state.baseline_note = _complete_baseline(config)
     config.pluginmanager.register(state.run, "opbench-run-status")
+
+
+def _load_workloads(path: str) -> tuple[str, ...]:
+    """The models of the blueprint file `path` (--workloads), registered; a usage error, one line,
+    for a file opbench cannot build."""
+    if not path:
+        return ()
+    from opbench.core.errors import DeclarationError
+    from opbench.workloads.models import blueprint
+
+    try:
+        specs = blueprint.load(path)
+    except DeclarationError as exc:
+        raise pytest.UsageError(f"--workloads: {exc}") from None
+    for spec in specs:
+        catalogue.register(spec)
+    return tuple(spec.name for spec in specs)
 
 
 def _check_json_target(config: pytest.Config) -> None:
@@ -286,7 +305,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             models = generate.bound_models(marker)
         except KeyError as exc:
             raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
-        _declare_markers(metafunc.config, models or (), "model")
+        if models is None:  # not bound to a model: the catalogue's own and those of --workloads
+            models = (*catalogue.builtin(), *state.workload_models)
+        _declare_markers(metafunc.config, models, "model")
         metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction, models)), indirect=True)
     if "fw" in metafunc.fixturenames:
         from opbench.suites.functions import function_cases

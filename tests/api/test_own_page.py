@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "usage" / "own.md"
-BLOCK = re.compile(r"```python\n# (test_\w+\.py)\n(.*?)```", re.S)
+BLOCK = re.compile(r"```(?:python|toml)\n# (\w+\.(?:py|toml))\n(.*?)```", re.S)
 BOUND_S = 900  # a hang, not a speed: the page's files, two frameworks, every mode
 
 
@@ -33,7 +33,8 @@ def write(folder: Path, files: dict[str, str]) -> None:
 
 
 def test_the_page_has_an_operator_a_model_and_a_fw_test():
-    assert set(page_files()) == {"test_swish.py", "test_tiny.py", "test_softsign.py"}
+    assert set(page_files()) == {"test_swish.py", "test_tiny.py", "models.toml", "test_blueprints.py",
+                                 "test_softsign.py"}
 
 
 def outcome(proc: subprocess.CompletedProcess) -> str:
@@ -44,9 +45,9 @@ def test_the_page_runs_from_outside_the_tree_in_numpy_and_jax(tmp_path):
     write(tmp_path, page_files())
     proc = run(tmp_path, "--framework", "numpy,jax", "-W", "error::pytest.PytestUnknownMarkWarning")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    # swish: numpy eager, jax eager and jit, forward and backward; tiny: jax eager and jit, training and
-    # inference (at batch 1 and 64); softsign: numpy eager, jax eager and jit
-    assert re.search(r"\b15 passed\b", outcome(proc)), outcome(proc)
+    # swish: numpy eager, jax eager and jit, forward and backward; tiny and tinyconv: jax eager and jit,
+    # training and inference (at batch 1 and their own); softsign: numpy eager, jax eager and jit
+    assert re.search(r"\b21 passed\b", outcome(proc)), outcome(proc)
     assert "skipped" not in outcome(proc)
 
 

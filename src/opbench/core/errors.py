@@ -22,3 +22,8 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     """'TypeName: first line of the message' (or only the type's name when there is no message)."""
     text = first_line(exc, limit)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class DeclarationError(ValueError):
+    """A workload declared outside opbench (opbench.api, a --workloads blueprint) that opbench cannot
+    benchmark: one line, starting with where it was declared, saying what to fix."""

@@ -144,6 +144,8 @@ OPTIONS = (
     Option("peak_gflops", "derive", "roofline ceiling in GFLOP/s ('derive': from the hardware, per device and dtype: "
            "cores x SIMD lanes x FMA units x 2 x maximum clock)"),
     Option("roofline_slack", "1.5", "a result above the ceiling x slack fails as implausible"),
+    Option("workloads", "", "a TOML file of model blueprints ([model.NAME] tables, docs/usage/own.md): its models "
+           "run in benchmarks/e2e beside the catalogue's own"),
     Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
     Option("workers", ",".join(str(w) for w in (1, 2) if w <= default_threads()),
            "data-parallel workers per node for benchmarks/distributed (comma list), one core and one "
@@ -200,6 +202,7 @@ class Settings:
     peak_gflops: float | None = None
     roofline_slack: float = 1.5
     data_dir: str = ""
+    workloads: str = ""  # a blueprint file (opbench.workloads.models.blueprint)
     malloc: str = "default"
     breakdown: str = "off"
     isolate: str = "none"
@@ -230,6 +233,8 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
     peak = values["peak_gflops"]
     if values["data_dir"] and not os.path.isdir(values["data_dir"]):
         raise ConfigError(f"{sources['data_dir']} {values['data_dir']!r} is not a folder")
+    if values["workloads"] and not os.path.isfile(values["workloads"]):
+        raise ConfigError(f"{sources['workloads']} {values['workloads']!r} is not a file")
 
     def named(parse, option: str, valid: tuple[str, ...]):
         """The names of one option; a bad one is reported under the flag or variable it came from."""
@@ -250,6 +255,7 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         peak_gflops=None if peak in ("derive", "measure") else parse_number(peak, sources["peak_gflops"], above=0),
         roofline_slack=parse_number(values["roofline_slack"], sources["roofline_slack"], above=1),
         data_dir=values["data_dir"],
+        workloads=values["workloads"],
         malloc=named(parse_one, "malloc", MALLOC_MODES),
         breakdown=named(parse_one, "breakdown", BREAKDOWNS),
         isolate=named(parse_one, "isolate", ISOLATIONS),

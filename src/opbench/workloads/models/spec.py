@@ -171,6 +171,21 @@ def walk(layers: tuple, shape: tuple[int, ...], prefix: str = "") -> Iterator[tu
         shape = output_shape(layer, shape)
 
 
+_RANK = {Conv2D: 3, Pool2D: 3, GlobalAvgPool: 3, LSTM: 2}  # the input rank (no batch axis) these layers take
+
+
+def misfit(model: ModelSpec) -> str:
+    """What does not fit in a model's layers (a layer given an input of the wrong rank, a shape that
+    shrinks to nothing), for a declaration made outside the catalogue; "" where every layer fits."""
+    for path, layer, shape in walk(model.layers, model.input_shape):
+        rank = _RANK.get(type(layer))
+        if rank is not None and len(shape) != rank:
+            return f"layer {path} ({type(layer).__name__}) takes {rank}-D inputs (no batch axis), not {shape}"
+        if any(d < 1 for d in shape):
+            return f"layer {path} ({type(layer).__name__}) gets the empty shape {shape}"
+    return ""
+
+
 def param_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
     """Canonical parameter names and shapes, e.g. {"0.W": (784, 128), "0.b": (128,), ...}."""
     shapes: dict[str, tuple[int, ...]] = {}
