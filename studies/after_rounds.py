@@ -20,9 +20,9 @@ import time
 
 from opbench import frameworks
 from opbench.core.case import Case
+from opbench.suites import prepared as shared
 from opbench.suites.models import equivalence
-from opbench.suites.ops import prepare
-from opbench.suites.ops.prepare import CorrectnessError
+from opbench.suites.prepared import CorrectnessError
 from opbench.workloads.models import catalogue
 
 FRAMEWORKS = ("torch", "tensorflow", "jax", "mxnet")
@@ -33,7 +33,7 @@ def study(framework: str, name: str, precision: str, rounds: int) -> None:
     backend = frameworks.load(framework)
     model = catalogue.get(name)
     case = Case.model(name, "training", framework, model.batch["quick"], precision=precision)
-    prepare.require(case)  # Unavailable where the benchmark would skip (MXNet has no amp)
+    shared.require(case)  # Unavailable where the benchmark would skip (MXNet has no amp)
     prepared = equivalence.prepare_model(case, backend)
     prepared.verify(prepared.call())
     for _ in range(rounds):

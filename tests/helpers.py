@@ -71,7 +71,7 @@ def edge_case(name: str, framework: str, mode: str, direction: str, seed: int = 
 def model_step(framework: str, mode: str, name: str = "lenet"):
     """(backend, native model, synchronised training step) of a catalogue model at its quick
     batch on the CPU, already run three times (compiled modes compile on the first)."""
-    from opbench.suites.ops.prepare import synchronised
+    from opbench.suites.prepared import synchronised
     from opbench.workloads.models import catalogue, datasets
     from opbench.workloads.models.spec import init_params
 

@@ -26,10 +26,11 @@ import numpy as np
 from opbench import frameworks
 from opbench.core.case import Case
 from opbench.core.layouts import from_native, to_native
+from opbench.suites import prepared as shared
 from opbench.suites.convergence import training as convergence
 from opbench.suites.models.equivalence import prepare_model
 from opbench.suites.ops import prepare
-from opbench.suites.ops.prepare import CorrectnessError
+from opbench.suites.prepared import CorrectnessError
 from opbench.workloads import ops
 from opbench.workloads.models import catalogue
 from opbench.workloads.models.spec import (
@@ -503,7 +504,7 @@ def model_survives(mutant: ModelMutant, framework: str) -> str | None:
     backend = frameworks.load(framework)
     direction = "training" if mutant.gate == "model training" else "inference"
     case = model_case(framework, mutant.model, direction, mutant.profile, mutant.precision)
-    prepare.require(case)  # Unavailable where the benchmark itself would be skipped (MXNet's amp)
+    shared.require(case)  # Unavailable where the benchmark itself would be skipped (MXNet's amp)
     with applied(mutant, backend):
         try:
             prepared = prepare_model(case, backend)
@@ -860,7 +861,7 @@ def op_survives(mutant: OpMutant, framework: str, dtype: str = "float32") -> str
     """None when the operator gate catches the mutant; otherwise what the gate accepted."""
     backend = frameworks.load(framework)
     case = op_case(framework, mutant, dtype)
-    prepare.require(case)
+    shared.require(case)
     with op_applied(mutant, backend, case):
         try:
             prepared = prepare.prepare(case, backend)

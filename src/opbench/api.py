@@ -30,7 +30,7 @@ import numpy as np
 from opbench.core.case import dims_label
 from opbench.core.errors import DeclarationError
 from opbench.suites.functions import Runner
-from opbench.suites.ops.prepare import CorrectnessError
+from opbench.suites.prepared import CorrectnessError
 from opbench.workloads import ops
 from opbench.workloads.models import catalogue
 from opbench.workloads.models.spec import (

@@ -351,8 +351,8 @@ class Bound:
 def _bind(request: pytest.FixtureRequest) -> Bound:
     """The case of this test item with its backend: skipped with the reason when it cannot run
     here, marked strict xfail when it meets a known framework bug."""
+    from opbench.suites import prepared
     from opbench.suites.measure import admit
-    from opbench.suites.ops import prepare
 
     case: Case = request.param
     admission = admit(case)
@@ -363,8 +363,8 @@ def _bind(request: pytest.FixtureRequest) -> Bound:
         # an entry with a regime is met only by a result off inside it (KnownDeviation): one off
         # elsewhere or further fails; strict where the entry was seen, an XPASS said elsewhere
         version = admission.backend.version()
-        raises = NotCompiled if issue.not_compiled else prepare.KnownDeviation if issue.regime else \
-            prepare.CorrectnessError
+        raises = NotCompiled if issue.not_compiled else prepared.KnownDeviation if issue.regime else \
+            prepared.CorrectnessError
         request.node.add_marker(pytest.mark.xfail(reason=held_to(issue, case.framework, version), raises=raises,
                                                   strict=issue.seen(version)))
     return Bound(case, admission.backend, request.config.stash[STATE])
@@ -391,11 +391,11 @@ def convergence_case(request: pytest.FixtureRequest) -> Bound:
 @pytest.fixture
 def dist_case(request: pytest.FixtureRequest) -> Bound:
     """The distributed case of this test item (its workers start in the benchmark, not here)."""
-    from opbench.suites.ops import prepare
+    from opbench.suites import prepared
 
     case = request.param
     try:
-        backend = prepare.require_framework(case.framework, case.device)
+        backend = prepared.require_framework(case.framework, case.device)
     except Unavailable as exc:
         pytest.skip(str(exc))
     return Bound(case, backend, request.config.stash[STATE])
@@ -448,15 +448,15 @@ def case_of(item: pytest.Item):
 
 def unavailable(case) -> str | None:
     """Why `case` cannot run here (its framework, device, mode or dtype), or None."""
+    from opbench.suites import prepared
     from opbench.suites.measure import admit
-    from opbench.suites.ops import prepare
 
     if case.kind != "dist" and not case.is_function:
         return admit(case).unavailable
     from opbench.suites import functions
 
     try:
-        functions.admit(case) if case.kind != "dist" else prepare.require_framework(case.framework, case.device)
+        functions.admit(case) if case.kind != "dist" else prepared.require_framework(case.framework, case.device)
     except Unavailable as exc:
         return str(exc)
     return None

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from opbench import frameworks
 from opbench.frameworks import Unavailable
 from opbench.harness.known_issues import known_issue
+from opbench.suites import prepared as shared
 from opbench.suites.ops import generate, prepare
 from opbench.workloads import ops
 from tests.helpers import edge_case
@@ -49,7 +50,7 @@ def test_every_activation_and_normalisation_has_edge_regimes():
 def test_edge_regimes_match_numpy(name, framework, mode, direction, seed):
     case = edge_case(name, framework, mode, direction, seed)
     try:
-        backend = prepare.require(case)
+        backend = shared.require(case)
     except Unavailable as exc:
         pytest.skip(str(exc))
     prepared = prepare.prepare(case, backend)
@@ -58,5 +59,5 @@ def test_edge_regimes_match_numpy(name, framework, mode, direction, seed):
     if issue is None:
         assert prepared.verify(result) >= 0
     else:  # an entry with a regime is met only by a deviation inside it, within its bound
-        with pytest.raises(prepare.KnownDeviation if issue.regime else prepare.CorrectnessError):
+        with pytest.raises(shared.KnownDeviation if issue.regime else shared.CorrectnessError):
             prepared.verify(result)

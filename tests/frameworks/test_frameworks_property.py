@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from opbench import frameworks
 from opbench.core.case import Case
+from opbench.suites import prepared as shared
 from opbench.suites.measure import admit
 from opbench.suites.ops import generate, prepare
 from opbench.workloads import ops
@@ -41,7 +42,7 @@ def check(name: str, framework: str, mode: str, direction: str, p: dict, seed: i
         pytest.skip(f"known issue: {admission.issue.reason}")
     try:
         return prepare.verified(case, admission.backend)[1]
-    except prepare.KnownDeviation as deviation:
+    except shared.KnownDeviation as deviation:
         return deviation.max_abs_err
 
 

@@ -14,7 +14,7 @@ from opbench.core.case import Case
 from opbench.harness.known_issues import KNOWN_ISSUES
 from opbench.suites.models import equivalence
 from opbench.suites.models.equivalence import prepare_model
-from opbench.suites.ops.prepare import CorrectnessError
+from opbench.suites.prepared import CorrectnessError
 from opbench.workloads.models import catalogue, datasets, reference
 from opbench.workloads.models.native import nchw_dense_rows, nhwc_dense_rows
 from opbench.workloads.models.spec import (

@@ -13,8 +13,8 @@ from opbench import frameworks as backends
 from opbench.core.case import Case
 from opbench.harness.config import ConfigError, Settings, resolve
 from opbench.pytest_plugin import model_cases
+from opbench.suites import prepared as shared
 from opbench.suites.models.equivalence import CorrectnessError, check_low_precision, prepare_model
-from opbench.suites.ops import prepare
 from opbench.workloads.models import catalogue, datasets, precision, reference
 from opbench.workloads.models.spec import init_params
 from tests.frameworks.test_models import SMALL, model_case
@@ -88,7 +88,7 @@ def test_mxnet_amp_is_a_skip_with_its_reason():
     load_or_skip("mxnet")
     case = Case.model("mlp", "training", "mxnet", 128, precision="amp")
     with pytest.raises(backends.Unavailable, match="does not compute in bfloat16"):
-        prepare.require(case)
+        shared.require(case)
     assert "patches every operator of the process" in backends.load("mxnet").amp_unavailable("gpu")
 
 
@@ -101,7 +101,7 @@ def test_every_layer_kind_passes_the_amp_gate(framework, direction, monkeypatch)
     monkeypatch.setitem(catalogue.MODELS, "bn-zoo", SMALL["bn-zoo"])
     case = dataclasses.replace(model_case(framework, "bn-zoo", direction, batch=4), dtype="amp")
     try:
-        prepare.require(case)
+        shared.require(case)
     except backends.Unavailable as exc:
         pytest.skip(str(exc))
     prepared = prepare_model(case, backend)

@@ -15,6 +15,7 @@ from opbench import frameworks
 from opbench.core.case import Case
 from opbench.harness import known_issues
 from opbench.harness.known_issues import KNOWN_ISSUES, KnownIssue, known_issue
+from opbench.suites import prepared
 from opbench.suites.ops import prepare
 from opbench.workloads import ops
 from tests.mutants import OpMutant, op_applied
@@ -52,7 +53,7 @@ def _grown(out, inputs, p):
 
 # the deviations of a forward GELU, each with what the check must say of it
 FORWARD = {
-    "the entry's cancellation": (_cancelling_gelu, prepare.KnownDeviation),
+    "the entry's cancellation": (_cancelling_gelu, prepared.KnownDeviation),
     "larger than the entry's bound, inside its regime": (_grown, "beyond the known issue's bound"),
     "off outside the regime": (_off(lambda x: (x > -1) & (x < 0), 1e-4), "outside the known issue's regime"),
     "no deviation (a version that fixed it)": (lambda out, inputs, p: out, None),
@@ -88,9 +89,9 @@ def test_a_regime_entry_is_met_only_by_its_own_deviation(numpy_gelu_issue, name)
     if expected is None:
         assert _verify("forward", wrong) >= 0
     elif isinstance(expected, str):
-        with pytest.raises(prepare.CorrectnessError, match=expected) as raised:
+        with pytest.raises(prepared.CorrectnessError, match=expected) as raised:
             _verify("forward", wrong)
-        assert not isinstance(raised.value, prepare.KnownDeviation)
+        assert not isinstance(raised.value, prepared.KnownDeviation)
     else:
         with pytest.raises(expected, match=r"shows its known issue: output: \d+ elements in the regime") as raised:
             _verify("forward", wrong)
@@ -104,15 +105,15 @@ def test_the_gradient_is_held_to_the_regime_too(numpy_gelu_issue):
     assert _verify("backward", _cancelling_gelu_gradient) >= 0
     for where, said in ((lambda x: x < -3, "beyond the known issue's bound"),
                         (lambda x: (x > 0) & (x < 1), "outside the known issue's regime")):
-        with pytest.raises(prepare.CorrectnessError, match=said):
+        with pytest.raises(prepared.CorrectnessError, match=said):
             _verify("backward", lambda grads, inputs, p, where=where: [_off(where, 1e-2)(grads[0], inputs, p)])
 
 
 def test_the_same_deviation_without_the_entry_fails(monkeypatch):
     monkeypatch.setattr(known_issues, "KNOWN_ISSUES", ())
-    with pytest.raises(prepare.CorrectnessError) as raised:
+    with pytest.raises(prepared.CorrectnessError) as raised:
         _verify("forward", _cancelling_gelu)
-    assert not isinstance(raised.value, prepare.KnownDeviation)
+    assert not isinstance(raised.value, prepared.KnownDeviation)
 
 
 def test_a_regime_entry_applies_in_every_version_and_is_strict_where_seen(numpy_gelu_issue):

@@ -208,7 +208,7 @@ def test_prediction_verifies_and_times_each_operator():
 
 def test_an_operator_that_fails_is_listed_and_the_rest_predicted(monkeypatch):
     from opbench.suites.breakdown import prediction
-    from opbench.suites.ops.prepare import CorrectnessError
+    from opbench.suites.prepared import CorrectnessError
 
     real = prediction.verified
 

@@ -18,7 +18,7 @@ from opbench.suites.distributed.cases import DistCase, dist_cases
 from opbench.suites.distributed.engines import ENGINES, Topology, free_port
 from opbench.suites.distributed.group import DistributedError, WorkerGroup
 from opbench.suites.distributed.link import NodeLink
-from opbench.suites.ops.prepare import CorrectnessError
+from opbench.suites.prepared import CorrectnessError
 from tests.helpers import bench, load_or_skip, write
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,7 @@ from opbench.core.case import Case
 from opbench.harness.config import Settings
 from opbench.harness.roofline import check
 from opbench.pytest_plugin import Bound, State
+from opbench.suites import prepared as shared
 from opbench.suites.measure import (
     CALIBRATION,
     Implausible,
@@ -130,7 +131,7 @@ def test_pin_threads_returns_effective_count():
 
 def test_wrong_result_fails_and_is_not_timed():
     bench = FakeBenchmark()
-    with pytest.raises(prepare.CorrectnessError, match="differs from NumPy"):
+    with pytest.raises(shared.CorrectnessError, match="differs from NumPy"):
         measure(bench, bound(WrongGemm()))
     assert bench.calls == 0
 
@@ -259,8 +260,8 @@ def test_what_measure_writes_is_what_the_results_read():
 
 
 @pytest.mark.parametrize("raised, outcome", [
-    (prepare.CorrectnessError("numpy eager mlp: the result is as close as float32 computes"),
-     prepare.CorrectnessError),
+    (shared.CorrectnessError("numpy eager mlp: the result is as close as float32 computes"),
+     shared.CorrectnessError),
     (RuntimeError("no bfloat16 kernel registered"), pytest.skip.Exception),
 ])
 def test_a_failed_check_in_mixed_precision_fails_and_only_an_unrunnable_case_skips(monkeypatch, raised, outcome):
@@ -292,7 +293,7 @@ def test_a_model_call_faster_than_its_least_work_allows_fails(seconds, passes):
 
     case = Case.model("mlp", "inference", "numpy", 128)
     least = least_flops(catalogue.get("mlp"), 128, "inference")
-    prepared = prepare.Prepared(case, NumpyBackend(), lambda: None, lambda result: 0.0, None, 0.0, "-",
+    prepared = shared.Prepared(case, NumpyBackend(), lambda: None, lambda result: 0.0, None, 0.0, "-",
                                 least_flops=least, ceiling_dtype="float32")
     state, bench = State(Settings(threads=(2,))), FakeBenchmark(seconds=seconds)
     if passes:
@@ -320,7 +321,7 @@ class WrongOnceWarm(NumpyBackend):
 
 def test_a_call_after_the_timed_rounds_is_checked_as_the_first_was():
     bench = FakeBenchmark()
-    with pytest.raises(prepare.CorrectnessError, match=r"after its timed rounds, .*differs from NumPy"):
+    with pytest.raises(shared.CorrectnessError, match=r"after its timed rounds, .*differs from NumPy"):
         measure(bench, bound(WrongOnceWarm()))
     assert bench.calls == 1
 
@@ -334,12 +335,12 @@ def test_a_call_after_the_timed_rounds_of_a_step_that_moves_state_gets_its_own_c
 
     def after_rounds():
         order.append("after rounds")
-        raise prepare.CorrectnessError("numpy eager mlp: the loss of the call after the timed rounds: 1 != NumPy 2")
+        raise shared.CorrectnessError("numpy eager mlp: the loss of the call after the timed rounds: 1 != NumPy 2")
 
-    prepared = prepare.Prepared(case, NumpyBackend(), lambda: order.append("timed"), lambda result: 0.0, None, 0.0,
+    prepared = shared.Prepared(case, NumpyBackend(), lambda: order.append("timed"), lambda result: 0.0, None, 0.0,
                                 "-", after_rounds=after_rounds, after_timing=lambda: order.append("after timing"))
     from opbench.suites import measure as measure_module
 
-    with pytest.raises(prepare.CorrectnessError, match=r"^after its timed rounds, numpy eager mlp: the loss of the"):
+    with pytest.raises(shared.CorrectnessError, match=r"^after its timed rounds, numpy eager mlp: the loss of the"):
         measure_module._time_and_check(FakeBenchmark(), case, prepared, State(Settings(threads=(2,))))
     assert order == ["timed", "after rounds"]

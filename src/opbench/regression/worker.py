@@ -102,7 +102,7 @@ class Worker:
         import pytest
 
         from opbench.suites.measure import admit, describe, setup
-        from opbench.suites.ops.prepare import CorrectnessError
+        from opbench.suites.prepared import CorrectnessError
 
         self.release()
         name, case = self.collector.items[node_id]
@@ -131,7 +131,7 @@ class Worker:
         side, each worker's calibration GEMMs crowd the other's CPUs. A failure here is left for
         prepare to report."""
         from opbench.suites.measure import threads_of
-        from opbench.suites.ops.prepare import require
+        from opbench.suites.prepared import require
 
         _, case = self.collector.items[node_id]
         try:
@@ -167,7 +167,7 @@ class Worker:
         if self.current is None:
             return {"ok": False, "error": "check before a successful prepare"}
         from opbench.suites.measure import check_after_rounds
-        from opbench.suites.ops.prepare import CorrectnessError
+        from opbench.suites.prepared import CorrectnessError
 
         try:
             check_after_rounds(self.current[2].prepared, "its bursts")

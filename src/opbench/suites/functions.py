@@ -21,7 +21,7 @@ from opbench.frameworks.base import Backend, Unavailable
 from opbench.harness.memory import PeakOf
 from opbench.harness.session import Session
 from opbench.suites import measure as measuring
-from opbench.suites.ops.prepare import CorrectnessError, compare, require_framework
+from opbench.suites.prepared import CorrectnessError, compare, require_framework
 from opbench.workloads import ops
 
 

@@ -23,7 +23,7 @@ from opbench.harness.known_issues import KnownIssue, known_issue
 from opbench.harness.memory import PeakOf
 from opbench.harness.roofline import Implausible
 from opbench.harness.session import Session
-from opbench.suites.ops.prepare import CorrectnessError, KnownDeviation, require
+from opbench.suites.prepared import CorrectnessError, KnownDeviation, require
 from opbench.workloads import ops
 
 __all__ = ["Implausible", "NoisyMeasurement", "ThreadMismatch", "describe", "identity", "measure",

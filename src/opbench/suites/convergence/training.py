@@ -30,7 +30,7 @@ from opbench.core import inputs
 from opbench.core.case import Case
 from opbench.frameworks.base import Backend, Unavailable
 from opbench.suites.models.equivalence import LOSS_RTOL, SLACK, check_logits, scalar
-from opbench.suites.ops.prepare import CorrectnessError
+from opbench.suites.prepared import CorrectnessError
 from opbench.workloads.models import catalogue, datasets, reference
 from opbench.workloads.models.spec import ModelSpec, init_params
 

@@ -44,7 +44,7 @@ from opbench.suites.models.equivalence import (
     reference_sgd,
     reference_timed_step,
 )
-from opbench.suites.ops.prepare import CorrectnessError
+from opbench.suites.prepared import CorrectnessError
 from opbench.workloads.models import catalogue, datasets, reference
 from opbench.workloads.models.spec import LSTM, walk
 

@@ -23,7 +23,7 @@ from opbench.core.case import Case
 from opbench.frameworks.base import Backend
 from opbench.suites import target
 from opbench.suites.models import reference_store
-from opbench.suites.ops.prepare import CorrectnessError, Prepared, synchronised
+from opbench.suites.prepared import CorrectnessError, Prepared, synchronised
 from opbench.workloads.models import catalogue, cost, datasets, precision, reference
 from opbench.workloads.models.spec import (
     LSTM,
