@@ -6,6 +6,6 @@
 - summary: the lines a pytest session prints at its end;
 - tables: the text formatting all of them share.
 
-What runs benchmarks is the harness (plugin, measure, execute, e2e over ops, models and backends),
-opbench.suites.distributed, and opbench.regression, which runs two environments and judges them.
+What runs benchmarks is below it (the suites, with the harness and the frameworks, driven by the
+pytest plugin) and opbench.regression, which runs two environments and judges them.
 """

@@ -1,6 +1,6 @@
 """MXNet itself, importable with NumPy 1.26 and NumPy 2: the one place `import mxnet` runs,
-shared by the backend (mxnet) and its model builder (mxnet_models) so that neither imports the
-other at load time.
+shared by the backend (backend.py), its model builder (models.py) and its profiler reader
+(profile.py), so that none imports another at load time.
 
 NumPy: MXNet 1.9.1 (retired upstream) drives libmxnet through ctypes and is not compiled against
 NumPy's C API, but while it imports it reads names that NumPy removed: `np.bool` (gone in 1.24,
