@@ -23,10 +23,10 @@ export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
 # with the global batch split, for every engine and update rule (each case starts 2-4 processes that
 # import their framework: 10-25 s; the other models, 1 worker and weak scaling are left to
 # `make bench-distributed`, tests/suites/test_distributed.py checks faults), and leaves ResNet-50 (a minute of
-# float64 reference per framework) to `make bench`, and gates one epoch of the convergence runs in each
+# float64 reference per framework) to `make bench`, and checks one epoch of the convergence runs in each
 # framework's plain mode and JAX's jit (eager JAX compiles every primitive, the other modes are compiled
 # variants of the same run) leaving the rest to `make bench-convergence`; `make test-full` checks everything.
-# VGG-16 is VGG-10 with a fifth block of the same layers: `make test` gates VGG-10 and leaves VGG-16 (3.5
+# VGG-16 is VGG-10 with a fifth block of the same layers: `make test` checks VGG-10 and leaves VGG-16 (3.5
 # minutes on a 2-core AVX2 host) to `make bench`, with torch.compile's VGG-10 (a minute of gcc on a cold
 # cache; make test compiles its convolutions, ReLUs and dense layers in LeNet and ResNet-20 and its max
 # pooling in the operator suite).
@@ -37,15 +37,15 @@ QUICK ?= -k "$(QUICK_K)"
 # compiled modes (torch.compile, TensorFlow's graph and XLA, MXNet's hybridize) on ResNet-20, VGG-10 and
 # the LSTM, whose layers they compile in MLP and LeNet and in every operator (3 minutes of compiling on a
 # cold 2-core host); VGG-10 (its layers are LeNet's and ResNet-20's, stacked deeper: a minute of float32
-# emulation and gates); and the data-parallel engines beyond one per framework (DDP, MirroredStrategy,
+# emulation and checks); and the data-parallel engines beyond one per framework (DDP, MirroredStrategy,
 # MXNet's KVStore in sync: the two-node, asynchronous, device and local KVStores and MultiWorkerMirrored);
 # the compiled modes' inference at batch 1 (a second compile of the graph `make test` compiles at the
-# model's batch); and LeNet's one-epoch convergence gate (the MLP's runs the same feed, evaluation and
-# curve in every framework in half the time; LeNet's convolutions train in the training gates); and eager
+# model's batch); and LeNet's one-epoch convergence check (the MLP's runs the same feed, evaluation and
+# curve in every framework in half the time; LeNet's convolutions train in the training checks); and eager
 # JAX's ResNet-20 and LSTM inference (every primitive compiled on first use; its MLP and LeNet stay, and
-# jit runs both); and ResNet-20's training gates in every mode (its layers, batch norm and residuals
+# jit runs both); and ResNet-20's training checks in every mode (its layers, batch norm and residuals
 # included, train in every framework in tests/frameworks/test_models.py's batch-norm zoo, and make test
-# checks ResNet-20's inference; a minute of the gates lane cold on the Xeon, 2026-11-28).
+# checks ResNet-20's inference; a minute of the checks lane cold on the Xeon, 2026-11-28).
 COMPILED_K := compile or graph or xla or hybridize
 LATER_K := vgg10 or (($(COMPILED_K)) and (resnet20 or lstm)) \
   or (data_parallel and not (ddp or mirrored or kvstore-sync)) \
@@ -59,9 +59,9 @@ UNIT_QUICK ?= -m "not full"
 # (a marker expression: -k would also match the unit tests whose names say convergence)
 CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
 # Mixed precision in `make test`: LeNet (convolutions, pooling, dense layers) in each framework's plain mode
-# (and JAX's jit), gated, with every layer kind (batch norm and residuals included) gated under amp in every
+# (and JAX's jit), checked, with every layer kind (batch norm and residuals included) checked under amp in every
 # framework by tests/frameworks/test_precision.py;
-# `make test-rest` gates the MLP's and ResNet-20's, and `make bench` gates and times every mode and model.
+# `make test-rest` checks the MLP's and ResNet-20's, and `make bench` checks and times every mode and model.
 AMP_ARGS := --precision amp --mode eager,jit -k
 AMP_QUICK ?= $(AMP_ARGS) "lenet and not (jax and eager and training)"
 AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and not (jax and eager and training)"
@@ -72,7 +72,7 @@ AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and not (jax and eager and training)"
 SMOKE_M ?= (gemm or conv2d) and not backward
 SMOKE = -m "$(SMOKE_M)" -k "1024x1024x1024 or 16x64x32x32"
 
-.PHONY: venv browser netns-tools test test-units test-gates test-rest test-isa test-numpy1 test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
+.PHONY: venv browser netns-tools test test-units test-checks test-rest test-isa test-numpy1 test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
 
 venv: $(STAMP)
 
@@ -103,7 +103,7 @@ $(NUMPY1_STAMP): pyproject.toml constraints-numpy1.txt
 	touch $(NUMPY1_STAMP)
 
 # NUMPY1_TESTS narrows its unit tests: CI runs the NumPy-dependent ones (MXNet's NumPy names, the
-# references) beside every benchmark's gate, since both lines' full runs pass CI's 90 minutes on a
+# references) beside every benchmark's check, since both lines' full runs pass CI's 90 minutes on a
 # 2-core AVX2 host (.ci/run).
 NUMPY1_TESTS ?= tests
 test-numpy1: $(NUMPY1_STAMP) browser netns-tools
@@ -127,28 +127,28 @@ netns-tools:
 	  { apt-get install -y -q --no-install-recommends iproute2 >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends iproute2 >/dev/null; }; }; } || true
 
-# `make test` runs its two lanes side by side, the unit tests and the benchmarks' gates (each lane's
+# `make test` runs its two lanes side by side, the unit tests and the benchmarks' checks (each lane's
 # output appears whole when it ends): neither keeps 2 cores busy alone (the unit tests wait on the
-# processes they start, about 1.2 cores on average; the gates 1.4), so on a 2-core host side by side
+# processes they start, about 1.2 cores on average; the checks 1.4), so on a 2-core host side by side
 # they use 1.8 cores (docs/explanation/cost.md). Side by side, the machine's memory in use peaked at
 # 5.7-6.1 GB (the largest process 4.3 GB); TEST_JOBS=1 runs them one after the other. Nothing in either
 # lane is timed but the roofline smoke, whose ceiling a loaded machine cannot pass (it can only be slower).
 TEST_JOBS ?= 2
 # The single-node distributed unit tests, the regression gate's, --isolate's and the page of users' own
-# benchmarks (processes that start processes, three minutes) run in the gates' lane, so that both lanes
+# benchmarks (processes that start processes, three minutes) run in the checks' lane, so that both lanes
 # take about as long.
 UNIT_SPLIT := tests/suites/test_distributed.py tests/regression tests/harness/test_isolation.py tests/api/test_own_page.py
 
 test: venv browser netns-tools
 	$(BIN)/ruff check src tests benchmarks studies conftest.py
-	@echo "make test: the unit tests and the benchmarks' gates, $(TEST_JOBS) at a time; each prints its output whole when it ends"
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-units test-gates
+	@echo "make test: the unit tests and the benchmarks' checks, $(TEST_JOBS) at a time; each prints its output whole when it ends"
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-units test-checks
 	$(MAKE) --no-print-directory docs
 
 test-units: venv browser netns-tools
 	$(PYTEST) tests -q $(addprefix --ignore=,$(UNIT_SPLIT)) $(QUICK) $(UNIT_QUICK)
 
-test-gates: venv netns-tools
+test-checks: venv netns-tools
 	$(PYTEST) $(UNIT_SPLIT) -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK)
 	$(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider $(BENCH_QUICK) $(CONVERGENCE_QUICK)
 	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK)
@@ -191,7 +191,7 @@ bench: venv
 	  --benchmark-columns=median,iqr,rounds -q $(BENCH_ARGS)
 
 # Whole training runs on real data (the embedded MNIST digits; --data-dir for more): 8 epochs, 3
-# timed runs per framework and mode after a gated one; `opbench report` adds the time-to-accuracy
+# timed runs per framework and mode after a checked one; `opbench report` adds the time-to-accuracy
 # tables and --plots the accuracy curves.
 bench-convergence: venv
 	$(PYTEST) benchmarks/convergence --profile full --benchmark-autosave --benchmark-group-by=group \

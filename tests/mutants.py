@@ -571,7 +571,7 @@ CONVERGENCE_MUTANTS = (
                       "the model is left in training mode once the first evaluation is done",
                       train_mode_eval="after epoch 1"),
     ConvergenceMutant("evaluated in training mode in timed runs", "digits-bn",
-                      "the gated run evaluates right, the timed runs in training mode",
+                      "the checked run evaluates right, the timed runs in training mode",
                       train_mode_eval="in timed runs"),
 )
 
@@ -594,11 +594,11 @@ def convergence_survives(mutant: ConvergenceMutant, framework: str) -> str | Non
         right = _shape_cached(native.infer) if mutant.cached_eval else native.infer
         native.infer = right
         wrong = _training_mode_infer(native, framework) if wrong_eval else right
-        runs = ["the gated run", "timed run 1"] if wrong_eval == "in timed runs" else ["the gated run"]
+        runs = ["the checked run", "timed run 1"] if wrong_eval == "in timed runs" else ["the checked run"]
 
         def on_epoch(run: str, index: int) -> None:
             native.infer = wrong if (wrong_eval == "always" or (wrong_eval == "after epoch 1" and index >= 1)
-                                     or (wrong_eval == "in timed runs" and run != "the gated run")) else right
+                                     or (wrong_eval == "in timed runs" and run != "the checked run")) else right
 
         case = Case.model(model.name, "convergence", framework, 64, epochs=epochs)
         try:

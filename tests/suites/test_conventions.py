@@ -34,7 +34,7 @@ def test_a_pass_in_both_conventions_is_each_conventions_own_pass(unbiased, dtype
     alone = equivalence.initial_weights(model)
     both = reference.with_conventions(alone)
     assert any(k.endswith(reference.UNBIASED_VAR) and is_state(k) for k in both)
-    lr = equivalence.gate_lr(MODEL, BATCH, "")
+    lr = equivalence.check_lr(MODEL, BATCH, "")
     for step in range(STEPS):
         x, y = datasets.batch(model, BATCH, "", step)
         loss, grads, state = _pass(model, alone, x, y, unbiased, dtype, draw)
@@ -53,7 +53,7 @@ def test_the_gates_trajectory_is_each_conventions_own(unbiased):
     own SGD steps."""
     model = catalogue.get(MODEL)
     losses, trajectory = equivalence.reference_sgd(MODEL, BATCH, "", STEPS, 1, unbiased)
-    params, lr = equivalence.initial_weights(model), equivalence.gate_lr(MODEL, BATCH, "")
+    params, lr = equivalence.initial_weights(model), equivalence.check_lr(MODEL, BATCH, "")
     _same(trajectory[0], params)
     for step in range(STEPS):
         x, y = datasets.batch(model, BATCH, "", step)

@@ -36,7 +36,7 @@ class EngineBase:
         return ()
 
     def replica_mismatch(self) -> str | None:
-        """Which replica's copy of which parameter differs from replica 0's, if any (the gate fails on it)."""
+        """Which replica's copy of which parameter differs from replica 0's, if any (the check fails on it)."""
         for name, copies in self.replica_copies():
             for r, c in enumerate(copies[1:], 1):
                 if not np.array_equal(c, copies[0]):

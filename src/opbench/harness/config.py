@@ -151,7 +151,7 @@ OPTIONS = (
            "data-parallel workers per node for benchmarks/distributed (comma list), one core and one "
            "intra-op thread each"),
     Option("dist_timeout", "300", "seconds a distributed worker may take to answer one request (a training "
-           "step, the gate) before it counts as hung"),
+           "step, the check) before it counts as hung"),
     Option("breakdown", "off", "after a model's timed rounds, a separate profiled pass: off, profile (each "
            "framework's profiler: time per operator family, phase and operator) or predict (and the operator "
            "suite timed at the model's own layer shapes)"),

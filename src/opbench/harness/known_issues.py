@@ -1,4 +1,4 @@
-"""Framework bugs the correctness gate found, and definitions that differ from the reference
+"""Framework bugs the correctness check found, and definitions that differ from the reference
 in an edge regime, listed in one place.
 
 An entry is a behaviour, not a version list. One that states its **regime** (the inputs where the

@@ -1,4 +1,4 @@
-"""Measurement: the correctness gate, thread pinning, first-call latency, synchronised timing
+"""Measurement: the correctness check, thread pinning, first-call latency, synchronised timing
 through pytest-benchmark, and the plausibility checks on what was timed.
 
 Nothing is timed before its result matched the NumPy reference, and nothing is reported for a
@@ -174,7 +174,7 @@ def _prepare(case, backend, settings):
 
 @dataclass
 class Ready:
-    """A case past its gate: threads pinned, first call made (compiles), result verified."""
+    """A case past its check: threads pinned, first call made (compiles), result verified."""
 
     prepared: Any
     threads: int  # observed (threads_of)

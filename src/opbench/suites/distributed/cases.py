@@ -72,7 +72,7 @@ class DistCase:
 
 
 def dist_cases(settings: Settings) -> list[DistCase]:
-    """Every distributed case the settings select (float32 only: the equivalence gate's tolerance)."""
+    """Every distributed case the settings select (float32 only: the equivalence check's tolerance)."""
     cases, nodes = [], nodes_from_env()
     for engine in ENGINES.values():
         if engine.framework not in settings.frameworks or engine.framework not in frameworks.taking_part("models"):

@@ -1,6 +1,6 @@
-"""The equivalence gate of a distributed case, before anything is timed: SGD_STEPS synchronous
+"""The equivalence check of a distributed case, before anything is timed: SGD_STEPS synchronous
 plain-SGD steps of W workers, each on its equal share of the global batch, must give what NumPy's
-reference step gives on the whole batch from the same weights, as the single-process gate
+reference step gives on the whole batch from the same weights, as the single-process check
 demands (opbench.suites.models.equivalence): the mean of the workers' losses against NumPy's loss, and on every worker
 each parameter tensor's update against NumPy's update. A wrong gradient averaging (a sum, a
 missing or a stale all-reduce, one worker's gradient only) changes the update and fails here.
@@ -8,12 +8,12 @@ missing or a stale all-reduce, one worker's gradient only) changes the update an
 Asynchronous updates are not equivalent step by step, except the first: every worker computes
 its gradient at the shared initial weights, and plain SGD adds the updates, so once every
 worker's update has reached the server (the "refresh" request) the weights must be NumPy's after
-one whole-batch step. The gate checks that one step for asynchronous rules.
+one whole-batch step. The check covers that one step for asynchronous rules.
 
 Then the step that is timed: the model's own optimizer (Adam, SGD at the study's rate) from the
 initial weights, its first step checked on every worker against the reference's step with the
 framework's epsilon convention, within the float32 emulation's error of each tensor, as the
-single-process suite checks its timed step. The gate's plain SGD proves the gradients and their
+single-process suite checks its timed step. The check's plain SGD proves the gradients and their
 averaging; this proves the update rule that is timed, its rate and its constants. Under an
 asynchronous rule the server applies each worker's push in turn: SGD's pushes add up to the
 whole batch's step; Adam's depend on their order, and each tensor must match one of the orders.
@@ -36,9 +36,9 @@ from opbench.suites.distributed.link import NodeLink
 from opbench.suites.models.equivalence import (
     SGD_STEPS,
     check_loss,
+    check_lr,
     check_update,
     emulated_step,
-    gate_lr,
     initial_weights,
     optimizer_update,
     reference_sgd,
@@ -65,12 +65,12 @@ def _params(group: WorkerGroup, tag: str) -> list[dict[str, np.ndarray]]:
 
 def equivalence(case, group: WorkerGroup, link: NodeLink, data_dir: str, lstm_biases: int,
                 eps_corrected: bool) -> float:
-    """Run the gate, then take and check the first step of the optimizer that is timed; returns
+    """Run the check, then take and check the first step of the optimizer that is timed; returns
     the worst relative update error over every node; raises CorrectnessError on every node when
     any node's check fails. The workers are left with the timed optimizer and batch 0."""
     steps = SGD_STEPS if case.rule == "sync" else 1
     want_losses, trajectory = reference_sgd(case.name, case.global_batch, data_dir, steps, lstm_biases)
-    group.ask("optimizer", name="sgd", lr=gate_lr(case.name, case.global_batch, data_dir))
+    group.ask("optimizer", name="sgd", lr=check_lr(case.name, case.global_batch, data_dir))
     start = before = _params(group, "start")
     worst = 0.0
     for i, want in enumerate(want_losses):
@@ -83,7 +83,7 @@ def equivalence(case, group: WorkerGroup, link: NodeLink, data_dir: str, lstm_bi
     group.ask("batch", index=0)
     opt = catalogue.get(case.name).optimizer
     wants = timed_references(case, data_dir, lstm_biases, eps_corrected)
-    # measured from the gate's starting weights: a reset that did not restore them shows in the update
+    # measured from the check's starting weights: a reset that did not restore them shows in the update
     err, _ = _checked_step(case, group, link, f"the timed {opt.name} step (lr {opt.lr:g})", want_losses[0], start,
                            [(trajectory[0], w, allowed) for w, allowed in wants])
     return max(link.gather("worst update error", max(worst, err)))

@@ -1,10 +1,10 @@
 """Turning a model Case into a synchronised training-step or inference callable, after proving
 functional equivalence with the NumPy reference model.
 
-The gate, before anything is timed: the framework's first forward pass gives the NumPy loss
+The check, before anything is timed: the framework's first forward pass gives the NumPy loss
 (inference: the NumPy logits), and K plain-SGD steps from the same weights on the same batches
 give the NumPy losses and, for every parameter tensor and every step, the NumPy update
-(after - before). The gate's learning rate is its own, large enough that each update is far
+(after - before). The check's learning rate is its own, large enough that each update is far
 above the float32 rounding of the weights; the study's optimizer is swapped in afterwards and the
 weights reset. The step that is timed is checked too, on its first two calls: every tensor's update
 by the study's own optimizer against the reference's (check_timed_step), and the types its
@@ -37,7 +37,7 @@ from opbench.workloads.models.spec import (
 )
 
 SGD_STEPS = 2
-GATE_LR = 0.1  # plain SGD in the gate, whatever the study's optimizer: updates of 1e-3..1e-1 of the weights
+CHECK_LR = 0.1  # plain SGD in the check, whatever the study's optimizer: updates of 1e-3..1e-1 of the weights
 MAX_DROP = 0.3  # ... and less where its first-order loss decrease, lr * |grad|^2, passes this share of the loss
 LOSS_RTOL = 1e-4  # first loss and SGD losses, relative
 LOGIT_TOL = 1e-3  # inference logits: max abs error / max(1, max|ref|)
@@ -63,7 +63,7 @@ DIRECTION_AT = 1.0
 TIMED_CHECKED = 2
 # NumPy's float32 error is one draw of rounding. Another correct order of the same sums is another
 # draw, and where a step is not smooth (a ReLU input or a max-pool tie within rounding of its
-# switch, as in ResNet-50 at batch 2) draws differ many-fold: ResNet-50's 16.2.W in the gate's
+# switch, as in ResNet-50 at batch 2) draws differ many-fold: ResNet-50's 16.2.W in the check's
 # second SGD step is 2.0e-4 off in NumPy 1.26's OpenBLAS order and up to 7.4e-4 over 8 draws there,
 # 5.2e-3 in NumPy 2.4's order, and JAX 0.7.1 on a Zen 5 was 5.2e-3 off. The float32 emulation
 # therefore runs DRAWS times, every weight and input moved by a random relative error within
@@ -90,7 +90,7 @@ def _reference_logits(name: str, batch: int, data_dir: str) -> np.ndarray:
 # A framework's running-variance convention changes the running variances and nothing else (a training
 # pass normalises by the batch's own statistics), so every reference and emulation below runs once in
 # both conventions (reference.UNBIASED_VAR) and each framework reads its own from it: TensorFlow's and
-# PyTorch's gates of one batch-normalised model share one float64 trajectory and one float32 emulation
+# PyTorch's checks of one batch-normalised model share one float64 trajectory and one float32 emulation
 # (ResNet-20 at batch 128: 90 s on a 2-core host), bit for bit what each convention's own would be.
 @functools.lru_cache(maxsize=4)
 def _first_pass_both(name: str, batch: int, data_dir: str) -> tuple[float, dict, dict]:
@@ -101,28 +101,28 @@ def _first_pass_both(name: str, batch: int, data_dir: str) -> tuple[float, dict,
 
 def _first_pass(name: str, batch: int, data_dir: str, unbiased_var: bool | None) -> tuple[float, dict, dict]:
     """NumPy's training pass on batch 0 from the initial weights: loss, gradients, running
-    statistics (in one convention, or None: both). gate_lr() and the first reference step share it."""
+    statistics (in one convention, or None: both). check_lr() and the first reference step share it."""
     loss, grads, state = _first_pass_both(name, batch, data_dir)
     return loss, grads, reference.by_convention(state, unbiased_var)
 
 
-def gate_lr(name: str, batch: int, data_dir: str) -> float:
-    """The gate's learning rate: GATE_LR, or less where the first step's first-order loss decrease
+def check_lr(name: str, batch: int, data_dir: str) -> float:
+    """The check's learning rate: CHECK_LR, or less where the first step's first-order loss decrease
     (lr * |gradient|^2) would pass MAX_DROP of the loss. Past that the step leaves the region
     where the loss is close to linear (ResNet-50 at 0.1 predicts 15 times its loss), the second
     step's gradient amplifies the first step's float32 rounding, and two float32 runs of correct
-    code part: the step's conditioning, not the code, would decide the gate. The study's models
-    up to ResNet-20 stay at GATE_LR. (The running-variance convention changes only the running
+    code part: the step's conditioning, not the code, would decide the check. The study's models
+    up to ResNet-20 stay at CHECK_LR. (The running-variance convention changes only the running
     statistics, never the rate.)"""
     loss, grads, _ = _first_pass_both(name, batch, data_dir)
-    drop = GATE_LR * sum(float(np.sum(g * g)) for g in grads.values()) / loss
-    return GATE_LR * min(1.0, MAX_DROP / drop)
+    drop = CHECK_LR * sum(float(np.sum(g * g)) for g in grads.values()) / loss
+    return CHECK_LR * min(1.0, MAX_DROP / drop)
 
 
 def reference_sgd(
     name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, unbiased_var: bool | None = False
 ) -> tuple[list, list]:
-    """NumPy's losses over `steps` plain-SGD steps at gate_lr() from the initial weights, and the
+    """NumPy's losses over `steps` plain-SGD steps at check_lr() from the initial weights, and the
     parameters (with the running statistics) before the first step and after each. The
     framework's conventions come with it: `lstm_biases` and `unbiased_var` (NativeModel's)."""
     losses, trajectory = _reference_sgd_both(name, batch, data_dir, steps, lstm_biases)
@@ -134,7 +134,7 @@ def _reference_sgd_both(name: str, batch: int, data_dir: str, steps: int, lstm_b
     model = catalogue.get(name)
     params, losses, trajectory = reference.with_conventions(initial_weights(model)), [], []
     trajectory.append(params)
-    lr = gate_lr(name, batch, data_dir)
+    lr = check_lr(name, batch, data_dir)
     for i in range(steps):
         if i == 0:
             loss, grads, state = _first_pass_both(name, batch, data_dir)
@@ -210,7 +210,7 @@ def emulated_errors(
 def _emulated_errors_both(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int, dtype: str) -> Emulation:
     model = catalogue.get(name)
     want_losses, trajectory = _reference_sgd_both(name, batch, data_dir, steps, lstm_biases)
-    lr = gate_lr(name, batch, data_dir)
+    lr = check_lr(name, batch, data_dir)
     low = precision.rounder(dtype) is not None
     master = np.float64 if low else np.float32  # the weights' own type (emulated amp's: exact)
     # A low-precision step stores every gradient in its type, so one rounding of a trained tensor's
@@ -321,7 +321,7 @@ def update_limit(name: str, emulated: float | None, rtol: float = UPDATE_RTOL) -
     float32 rounding): its update is a batch statistic the framework computes as the reference
     does, measured within 1.33 of the emulated error in every framework and mode (ResNet-20), and
     a floor of 1e-3 let a biased running variance through at batch 128 (8.4e-5 off). Without an
-    emulation (the distributed gate) the plain rule applies."""
+    emulation (the distributed check) the plain rule applies."""
     if emulated is not None and is_state(name):
         return min(SLACK * max(emulated, float(precision.UNIT_ROUNDOFF["float32"])), MAX_UPDATE_ERR)
     return min(rtol + SLACK * (emulated or 0.0), MAX_UPDATE_ERR)
@@ -432,7 +432,7 @@ def timed_steps_errors(
 ) -> tuple[dict, ...]:
     """Each tensor's update error in each of the first `calls` timed steps when its passes run
     in `dtype` and the weights are stored as the framework stores them, along the emulation's own
-    trajectory (its conditioning, measured as emulated_errors() measures the gate's steps)."""
+    trajectory (its conditioning, measured as emulated_errors() measures the check's steps)."""
     both = _timed_steps_errors_both(name, batch, data_dir, lstm_biases, eps_corrected, dtype, calls)
     return tuple(reference.by_convention(errors, unbiased_var) for errors in both)
 
@@ -567,8 +567,8 @@ def check_timed_step(case: Case, native, before: dict, lowp: str, data_dir: str,
     """The step that is timed, checked after its first call (`before`: the initial weights) or its
     second (`call` 2, `before`: the weights after the first): every tensor's update by the study's
     own optimizer (Adam, SGD at the study's rate) against the reference's, within what the
-    precision allows. The gate's SGD steps prove the gradients; the first call proves the update
-    rule, its rate and its constants, which the gate's SGD never runs; the second what only a later
+    precision allows. The check's SGD steps prove the gradients; the first call proves the update
+    rule, its rate and its constants, which the check's SGD never runs; the second what only a later
     step shows (Adam's betas, SGD's momentum, an optimizer state made anew or gradients never
     zeroed between calls)."""
     opt = catalogue.get(case.name).optimizer
@@ -693,7 +693,7 @@ def scalar(backend: Backend, loss) -> float:
 
 
 def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str, used: list[float] | None = None) -> float:
-    """Run SGD_STEPS plain-SGD steps at the gate's rate; compare each loss and each step's update
+    """Run SGD_STEPS plain-SGD steps at the check's rate; compare each loss and each step's update
     of every parameter tensor with NumPy's, within what the case's precision allows (for amp, and
     the check that it computes in low precision at all). Returns the worst relative update error."""
     model = catalogue.get(case.name)
@@ -702,7 +702,7 @@ def sgd_equivalence(case: Case, backend: Backend, native, data_dir: str, used: l
     want_losses, trajectory = reference_sgd(*key)
     lowp = precision.compute_dtype(case.dtype, case.device)
     allowed = emulated_errors(*key, lowp)
-    sgd = Optimizer("sgd", gate_lr(case.name, batch, data_dir))
+    sgd = Optimizer("sgd", check_lr(case.name, batch, data_dir))
     before, worst = native.get_params(), 0.0
     what = f"{case.framework} {case.mode} {case.name}"
     for i, want in enumerate(want_losses):
@@ -774,9 +774,9 @@ def check_precision_ran(case: Case, native, x, y, lowp: str, loss=None) -> dict:
 
 
 def float32_twin(case: Case, backend: Backend, data_dir: str, used: list[float] | None = None) -> None:
-    """A mixed-precision case's own build in float32 must pass the float32 gate first, its timed
+    """A mixed-precision case's own build in float32 must pass the float32 check first, its timed
     step's update rule included: a mistake that amp's wider tolerance would hide (a batch-norm
-    epsilon, a momentum convention, an optimizer constant) is seen where it can be. Built and gated
+    epsilon, a momentum convention, an optimizer constant) is seen where it can be. Built and checked
     before the amp model (a compiled mode's caches start anew
     with each build)."""
     twin = dataclasses.replace(case, dtype="float32")

@@ -1,7 +1,7 @@
 """The models' float32 and mixed-precision emulations, kept on disk between processes.
 
 An emulation (equivalence.emulated_errors and its kin) runs the NumPy reference DRAWS times in
-float32: a minute for the LSTM on a 2-core host, made again by every pytest process that gates the
+float32: a minute for the LSTM on a 2-core host, made again by every pytest process that checks the
 same model (make test runs four). What it measures is NumPy's own rounding of a deterministic
 computation, so a process on the same arithmetic gets the same numbers: the key of a kept result is
 its arguments and everything that decides that rounding here (NumPy's version and BLAS, the BLAS

@@ -137,7 +137,7 @@ register(ModelSpec(
     input_shape=(3, 32, 32),
     layers=_resnet(_bottleneck, 64, (64, 128, 256, 512), (3, 4, 6, 3), 4),
     optimizer=Optimizer("sgd", 0.1),
-    batch={"quick": 2, "full": 32},  # 32, not 128: its float64 reference gate alone takes minutes at 128
+    batch={"quick": 2, "full": 32},  # 32, not 128: its float64 reference check alone takes minutes at 128
     dataset="cifar10",
     notes="ResNet-50 (bottleneck blocks 3-4-6-3, batch norm) on CIFAR-10 shapes with a 3x3 stem, SGD 0.1",
 ))

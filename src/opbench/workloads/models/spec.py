@@ -221,7 +221,7 @@ def _residual_ends(model: ModelSpec) -> set[str]:
 def init_params(model: ModelSpec, seed: int = 0) -> dict[str, np.ndarray]:
     """One parameter set for every framework: Glorot-uniform weights and N(0, 0.1^2) biases (not
     zeros, and not so small that a wrong bias mapping or a swapped LSTM gate bias hides inside
-    the gate's tolerance), from a seeded generator. Batch norms start away from the identity for
+    the check's tolerance), from a seeded generator. Batch norms start away from the identity for
     the same reason: gamma U(0.5, 1.5), beta and running mean N(0, 0.1^2), running variance
     log-uniform over [VAR_LOW, VAR_HIGH]. The last batch norm of a residual body starts with
     gamma a tenth of that (as torchvision's zero_init_residual, but not zero, so that the body
