@@ -1,0 +1,101 @@
+"""Do a case's figures depend on what ran before it? The same end-to-end benchmarks, three ways:
+
+- alone: each case in a pytest process of its own (the reference: nothing ran before it);
+- mixed: every case in one pytest process, frameworks after one another (opbench before --isolate);
+- isolated: `--isolate framework`, each framework's cases in a worker of their own (`make bench`).
+
+Each way runs `--runs` times, alternating the order of the ways (drift cancels). Per case it
+prints the timed median and the peak resident set of each way against alone's, beside alone's
+own spread between its runs (max/min of its medians): a ratio outside that spread depends on the
+order. The memory column is the case's peak_rss_bytes (the process's high-water mark over the
+case's timed rounds, reset before them where the kernel allows: opbench.harness.memory).
+
+    .venv/bin/python studies/isolation_order.py [--runs 2] [-m MARKERS] [pytest args]
+
+Defaults: 2 runs, -m "resnet20 and training and not amp" (each framework's ResNet-20 training step
+in its plain and compiled modes; about 25 minutes on 2 cores). Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WAYS = ("alone", "mixed", "isolated")
+
+
+def pytest(args: list[str], out: Path) -> dict[str, tuple[float, float]]:
+    """One pytest run of benchmarks/e2e saving `out`: each benchmark's (median s, peak RSS bytes)."""
+    cmd = [sys.executable, "-m", "pytest", "benchmarks/e2e", "-q", "-p", "no:cacheprovider",
+           "--benchmark-max-time=0.5", f"--benchmark-json={out}", *args]
+    subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
+    if not out.exists():
+        sys.exit(f"isolation_order: {' '.join(cmd)} saved no results")
+    return {b["name"]: (b["stats"]["median"], b["extra_info"].get("peak_rss_bytes") or math.nan)
+            for b in json.loads(out.read_text())["benchmarks"]}
+
+
+def collect(markers: str, extra: list[str]) -> list[str]:
+    """The node ids the selection holds, in pytest's order."""
+    listed = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/e2e", "-q", "--co", "-p", "no:cacheprovider",
+                             "-m", markers, *extra], cwd=ROOT, check=False, capture_output=True, text=True, timeout=600)
+    ids = [line for line in listed.stdout.splitlines() if "::" in line]
+    if not ids:
+        sys.exit(f"isolation_order: -m {markers!r} selects nothing ({listed.stdout.strip()[-300:]})")
+    return ids
+
+
+def one_way(way: str, ids: list[str], markers: str, extra: list[str], folder: Path, run: int) -> dict:
+    if way == "alone":
+        found = {}
+        for i, node in enumerate(ids):
+            found |= pytest([node, *extra], folder / f"{run}-alone-{i}.json")
+        return found
+    isolate = ["--isolate", "framework"] if way == "isolated" else []
+    return pytest(["-m", markers, *isolate, *extra], folder / f"{run}-{way}.json")
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(statistics.mean(math.log(x) for x in xs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("-m", dest="markers", default="resnet20 and training and not amp")
+    args, extra = parser.parse_known_args()
+    ids = collect(args.markers, extra)
+    results: dict[str, list[dict]] = {way: [] for way in WAYS}
+    with tempfile.TemporaryDirectory() as folder:
+        for run in range(args.runs):
+            for way in (WAYS if run % 2 == 0 else WAYS[::-1]):
+                results[way].append(one_way(way, ids, args.markers, extra, Path(folder), run))
+                print(f"run {run + 1}/{args.runs}: {way}", file=sys.stderr)
+    names = sorted(set.intersection(*(set(r) for rs in results.values() for r in rs)))
+    print("| benchmark | alone median | alone spread | mixed/alone | isolated/alone | peak RSS alone | mixed "
+          "| isolated |")
+    print("|---|---|---|---|---|---|---|---|")
+    outside = {"mixed": 0, "isolated": 0}
+    for name in names:
+        time = {way: [r[name][0] for r in results[way]] for way in WAYS}
+        rss = {way: max(r[name][1] for r in results[way]) for way in WAYS}
+        spread = max(time["alone"]) / min(time["alone"])
+        ratio = {way: geomean(time[way]) / geomean(time["alone"]) for way in ("mixed", "isolated")}
+        for way, r in ratio.items():
+            outside[way] += max(r, 1 / r) > spread
+        print(f"| {name} | {geomean(time['alone']) * 1e3:.3g} ms | {spread:.2f} | {ratio['mixed']:.3f} | "
+              f"{ratio['isolated']:.3f} | {rss['alone'] / 2**20:,.0f} MiB | {rss['mixed'] / 2**20:,.0f} MiB | "
+              f"{rss['isolated'] / 2**20:,.0f} MiB |")
+    print(f"\noutside alone's own spread: mixed {outside['mixed']} of {len(names)}, "
+          f"isolated {outside['isolated']} of {len(names)}")
+
+
+if __name__ == "__main__":
+    main()
