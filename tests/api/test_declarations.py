@@ -108,3 +108,16 @@ def test_a_function_case_has_the_suites_id_and_markers_without_a_size():
     assert case.id == "jax-cpu-jit-float32"
     assert case.group == "softsign_sum-forward[cpu-float32]"
     assert {"jax", "cpu", "jit", "softsign_sum", "function"} <= set(case.markers) and case.is_function
+
+
+def test_an_implementation_that_widens_to_float64_fails_its_check(declared):
+    """What is timed must be the case's arithmetic: a result in float64 where the case computes in
+    float32 is refused, however close it is (the NumPy entry here calls x.astype(float64))."""
+    from opbench.suites.ops import prepare
+    from opbench.suites.prepared import CorrectnessError
+
+    square(declared, numpy=lambda np_, p, x: x.astype(np_.float64) * x)
+    case = Case.operator(ops.get("square_t"), "forward", "numpy", params={"n": 8})
+    prepared = prepare.prepare(case, frameworks.load("numpy"))
+    with pytest.raises(CorrectnessError, match="returns float64 where the case computes in float32: the impl"):
+        prepared.verify(prepared.call())

@@ -106,6 +106,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
             out_excuse = excuse("output", want.shape)
 
             def verify(result):
+                _kept_precision(case, result)
                 known: list[str] = []
                 return _known(case, known, compare("output", to_host(result, spec.output_kind), want, case, out_tol,
                                                     floor, absolute, shares, out_excuse, known))
@@ -130,6 +131,7 @@ def prepare(case: Case, backend: Backend) -> Prepared:
 
             def verify(result):
                 out, grads = result
+                _kept_precision(case, out)
                 if len(grads) != len(argnums):
                     raise CorrectnessError(f"{case.framework} returned {len(grads)} gradients, expected {len(argnums)}")
                 known: list[str] = []
@@ -155,6 +157,16 @@ def prepare(case: Case, backend: Backend) -> Prepared:
         extra["computed_in"] = computed
     return Prepared(case, backend, call, verify, flops, nbytes, layout, extra=extra, algorithm_gain=gain,
                     shares=shares, repeatable=spec.check is None)
+
+
+def _kept_precision(case: Case, result) -> None:
+    """A float64 result where the case computes in a narrower type is an implementation that
+    widened its inputs (a user's operator that calls NumPy, or `.double()`): what would be timed
+    is not the case's arithmetic, whatever its error. CorrectnessError, one line."""
+    kind = str(getattr(result, "dtype", ""))
+    if "float64" in kind and case.dtype != "float64":
+        raise CorrectnessError(f"{case.framework} {case.mode} {case.name} returns {kind} where the case computes in "
+                               f"{case.dtype}: the implementation widens its inputs, so its time is not {case.dtype}'s")
 
 
 def verified(case: Case, backend: Backend) -> tuple[Prepared, float]:
