@@ -320,10 +320,15 @@ def update_limit(name: str, emulated: float | None, rtol: float = UPDATE_RTOL) -
     mean or variance is held to its own error alone, SLACK times the emulated one (at least one
     float32 rounding): its update is a batch statistic the framework computes as the reference
     does, measured within 1.33 of the emulated error in every framework and mode (ResNet-20), and
-    a floor of 1e-3 let a biased running variance through at batch 128 (8.4e-5 off). Without an
-    emulation (the distributed check) the plain rule applies."""
+    a floor of 1e-3 let a biased running variance through at batch 128 (8.4e-5 off). That one is
+    not capped at MAX_UPDATE_ERR: where the timed rounds, all on one batch, have brought the running
+    statistics close to the batch's, their update is smaller than the low precision's error in the
+    statistic, and the emulation says so (a bfloat16 ResNet-20's first running variance, 2.14 of
+    its update's norm off after the rounds of `make bench` on a Xeon with AMX, where the emulation's
+    own error capped the allowance at 2). Without an emulation (the distributed check) the plain
+    rule applies."""
     if emulated is not None and is_state(name):
-        return min(SLACK * max(emulated, float(precision.UNIT_ROUNDOFF["float32"])), MAX_UPDATE_ERR)
+        return SLACK * max(emulated, float(precision.UNIT_ROUNDOFF["float32"]))
     return min(rtol + SLACK * (emulated or 0.0), MAX_UPDATE_ERR)
 
 
@@ -357,12 +362,12 @@ def check_update(
     tensor's change (after - before) against NumPy's change, relative to the norm of NumPy's
     change. Raises CorrectnessError past UPDATE_RTOL plus SLACK times `emulated_error` of the
     tensor (emulated_errors(): the same step's own error in the precision), or past
-    MAX_UPDATE_ERR, or, where that allowance reaches DIRECTION_AT, on an update that does not point
-    the reference's way; naming the tensor (each tensor's share of its allowance goes to `used`).
-    A tensor left unchanged,
-    trained at the wrong rate or on a stale or partial gradient fails here even where its
-    weights are still close to NumPy's; so does a running mean or variance moved with the wrong
-    momentum, from the wrong statistics, or not at all."""
+    MAX_UPDATE_ERR (a trained tensor's), or, where that allowance reaches DIRECTION_AT, on a trained
+    tensor's update that does not point the reference's way; naming the tensor (each tensor's share
+    of its allowance goes to `used`). A tensor left unchanged, trained at the wrong rate or on a
+    stale or partial gradient fails here even where its weights are still close to NumPy's; so does
+    a running mean or variance moved with the wrong momentum, from the wrong statistics, or not at
+    all (where its precision can tell)."""
     worst = 0.0
     for name, ref_after in want_after.items():
         if name not in after:
@@ -375,7 +380,8 @@ def check_update(
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in {step} differs from NumPy's by {err:.3g} of its norm, where {case.dtype} "
                                    f"allows {limit:.3g}")
-        if limit >= DIRECTION_AT and not float(np.sum(got * want)) > 0:
+        # a running statistic's update below its precision's error has no direction to hold it to
+        if limit >= DIRECTION_AT and not is_state(name) and not float(np.sum(got * want)) > 0:
             raise CorrectnessError(f"{case.framework} {case.mode} {case.name}: the update of parameter {name} "
                                    f"in {step} does not point NumPy's way ({err:.3g} of its norm off, where "
                                    f"{case.dtype} allows {limit:.3g}: a distance that cannot tell it from none)")
