@@ -121,3 +121,10 @@ def test_an_implementation_that_widens_to_float64_fails_its_check(declared):
     prepared = prepare.prepare(case, frameworks.load("numpy"))
     with pytest.raises(CorrectnessError, match="returns float64 where the case computes in float32: the impl"):
         prepared.verify(prepared.call())
+
+
+def test_a_framework_that_cannot_compile_in_the_mode_skips_the_fw_test_saying_why():
+    runner = api.Runner(Case.function("f", "numpy", "cpu", "jit"), frameworks.load("numpy"), state=None)
+    with pytest.raises(pytest.skip.Exception, match="numpy has no mode 'jit'"):
+        runner.compile(lambda x: x)
+    assert api.Runner(Case.function("f", "numpy"), frameworks.load("numpy"), state=None).compile(abs)(-2) == 2

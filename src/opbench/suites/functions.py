@@ -102,8 +102,14 @@ class Runner:
         """`fn` in this mode, as opbench compiles its own operators: as it is in eager mode;
         tf.function (graph) or with jit_compile (xla); torch.compile(fullgraph=True); jax.jit; a
         hybridized Gluon block, for which MXNet calls fn(F, *arrays) with F its nd or sym module
-        (MXNet's eager mode calls fn(mx.nd, *arrays) too). Compilation happens on the first call."""
-        return self.backend.compiled(fn, self.mode, self.device)
+        (MXNet's eager mode calls fn(mx.nd, *arrays) too). Compilation happens on the first call. A
+        framework that cannot compile a function in this mode skips the test, saying why."""
+        import pytest
+
+        try:
+            return self.backend.compiled(fn, self.mode, self.device)
+        except Unavailable as exc:
+            pytest.skip(str(exc))
 
     def sync(self, result: Results = None) -> None:
         """Wait until the device has computed everything queued (and `result`, where the framework
