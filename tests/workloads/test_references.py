@@ -127,3 +127,23 @@ def test_maxpool_gradient_goes_to_the_maximum_only():
     x = np.array([[[[1.0, 5.0], [2.0, 3.0]]]])
     (dx,) = pooling.maxpool2d_vjp(p, (x,), np.array([[[[7.0]]]]))
     np.testing.assert_array_equal(dx, [[[[0.0, 7.0], [0.0, 0.0]]]])
+
+
+def test_every_layer_kind_has_a_forward_and_a_vjp_in_the_reference():
+    """A layer kind is added with its reference rules (reference.FORWARD, reference.BACKWARD); one
+    without them is an error naming the table, never a layer passed through unchanged."""
+    import dataclasses
+
+    from opbench.workloads.models import reference as ref
+    from opbench.workloads.models.spec import Dense, Layer, ModelSpec, Optimizer
+
+    kinds = set(Layer.__args__)
+    assert set(ref.FORWARD) == kinds and set(ref.BACKWARD) == kinds
+
+    @dataclasses.dataclass(frozen=True)
+    class Unknown:
+        units: int = 3
+
+    model = ModelSpec("toy", (4,), (Unknown(), Dense(2)), Optimizer("sgd", 0.1), {"quick": 2, "full": 2}, "")
+    with pytest.raises(TypeError, match=r"the reference has no forward for Unknown \(reference\.FORWARD\)"):
+        ref.forward(model, {"1.W": np.ones((3, 2)), "1.b": np.zeros(2)}, np.ones((2, 4)))

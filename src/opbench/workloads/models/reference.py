@@ -189,32 +189,99 @@ def _batch_norm_vjp(layer: BatchNorm, path: str, params: dict, aux: tuple, dy: n
     return gamma * inv.reshape(shape) * (dy - mean_dy - xhat * mean_dy_xhat)
 
 
+def _dense(layer, path, params, x, run, tape):
+    return run.round(x @ params[f"{path}.W"]) + params[f"{path}.b"], None
+
+
+def _conv(layer, path, params, x, run, tape):
+    x = conv.conv2d(_conv_p(layer), x, params[f"{path}.W"])
+    return (run.round(x) + params[f"{path}.b"][:, None, None] if layer.bias else x), None
+
+
+def _pool(layer, path, params, x, run, tape):
+    return _pool_fns(layer)[0]({"k": layer.size, "stride": layer.stride}, x), None
+
+
+def _residual(layer, path, params, x, run, tape):
+    aux = ([], [])
+    body = _forward(layer.body, f"{path}.", params, x, run, aux[0])
+    if layer.shortcut is None:
+        return body, aux
+    return body + (_forward(layer.shortcut, f"{path}.s", params, x, run, aux[1]) if layer.shortcut else x), aux
+
+
+# Each layer kind's forward pass: (layer, path, params, x, run, tape) -> (output, what its vjp needs)
+FORWARD = {
+    Dense: _dense,
+    Conv2D: _conv,
+    BatchNorm: lambda layer, path, params, x, run, tape: _batch_norm(layer, path, params, x, run),
+    Pool2D: _pool,
+    GlobalAvgPool: lambda layer, path, params, x, run, tape: (x.mean(axis=(2, 3)), None),
+    Flatten: lambda layer, path, params, x, run, tape: (x.reshape(x.shape[0], -1), None),
+    LSTM: lambda layer, path, params, x, run, tape: _lstm_forward(params, path, x, layer.units),
+    Residual: _residual,
+}
+
+
+def _dense_vjp(layer, path, params, inp, aux, dx, run, grads):
+    grads[f"{path}.W"], grads[f"{path}.b"] = inp.T @ dx, dx.sum(axis=0)
+    return dx @ params[f"{path}.W"].T
+
+
+def _conv_vjp(layer, path, params, inp, aux, dx, run, grads):
+    if layer.bias:
+        grads[f"{path}.b"] = dx.sum(axis=(0, 2, 3))
+    dx, grads[f"{path}.W"] = conv.conv2d_vjp(_conv_p(layer), (inp, params[f"{path}.W"]), dx)
+    return dx
+
+
+def _pool_vjp(layer, path, params, inp, aux, dx, run, grads):
+    (dx,) = _pool_fns(layer)[1]({"k": layer.size, "stride": layer.stride}, (inp,), dx)
+    return dx
+
+
+def _lstm_vjp(layer, path, params, inp, aux, dx, run, grads):
+    dx, lstm_grads = _lstm_backward(params, path, inp, aux, dx, layer.units)
+    grads.update(lstm_grads)
+    return dx
+
+
+def _residual_vjp(layer, path, params, inp, aux, dx, run, grads):
+    d_body = _backward(layer.body, f"{path}.", params, aux[0], dx, run, grads)
+    if layer.shortcut:
+        d_body = d_body + _backward(layer.shortcut, f"{path}.s", params, aux[1], dx, run, grads)
+    elif layer.shortcut is not None:  # identity
+        d_body = d_body + dx
+    return d_body
+
+
+# Each layer kind's vector-Jacobian product: (layer, path, params, input, aux, dy, run, grads) -> dx,
+# the parameters' gradients written into grads
+BACKWARD = {
+    Dense: _dense_vjp,
+    Conv2D: _conv_vjp,
+    BatchNorm: lambda layer, path, params, inp, aux, dx, run, grads: _batch_norm_vjp(layer, path, params, aux, dx,
+                                                                                       run, grads),
+    Pool2D: _pool_vjp,
+    GlobalAvgPool: lambda layer, path, params, inp, aux, dx, run, grads: np.broadcast_to(
+        dx[:, :, None, None] / (inp.shape[2] * inp.shape[3]), inp.shape),
+    Flatten: lambda layer, path, params, inp, aux, dx, run, grads: dx.reshape(inp.shape),
+    LSTM: _lstm_vjp,
+    Residual: _residual_vjp,
+}
+
+
+def _rule(table: dict, layer, what: str):
+    try:
+        return table[type(layer)]
+    except KeyError:
+        raise TypeError(f"the reference has no {what} for {type(layer).__name__} (reference.{what.upper()})") from None
+
+
 def _forward(layers: tuple, prefix: str, params: dict, x: np.ndarray, run: _Run, tape: list) -> np.ndarray:
     for i, layer in enumerate(layers):
-        path, inp, aux = f"{prefix}{i}", x, None
-        if isinstance(layer, Dense):
-            x = run.round(x @ params[f"{path}.W"]) + params[f"{path}.b"]
-        elif isinstance(layer, Conv2D):
-            x = conv.conv2d(_conv_p(layer), x, params[f"{path}.W"])
-            if layer.bias:
-                x = run.round(x) + params[f"{path}.b"][:, None, None]
-        elif isinstance(layer, BatchNorm):
-            x, aux = _batch_norm(layer, path, params, x, run)
-        elif isinstance(layer, Pool2D):
-            x = _pool_fns(layer)[0]({"k": layer.size, "stride": layer.stride}, x)
-        elif isinstance(layer, GlobalAvgPool):
-            x = x.mean(axis=(2, 3))
-        elif isinstance(layer, Flatten):
-            x = x.reshape(x.shape[0], -1)
-        elif isinstance(layer, LSTM):
-            x, aux = _lstm_forward(params, path, x, layer.units)
-        elif isinstance(layer, Residual):
-            aux = ([], [])
-            body = _forward(layer.body, f"{path}.", params, x, run, aux[0])
-            if layer.shortcut is None:
-                x = body
-            else:
-                x = body + (_forward(layer.shortcut, f"{path}.s", params, x, run, aux[1]) if layer.shortcut else x)
+        path, inp = f"{prefix}{i}", x
+        x, aux = _rule(FORWARD, layer, "forward")(layer, path, params, x, run, tape)
         x = run.round(_relu_if(layer, x))
         tape.append((inp, x, aux))
     return x
@@ -225,32 +292,7 @@ def _backward(layers: tuple, prefix: str, params: dict, tape: list, dx: np.ndarr
         layer, path, (inp, out, aux) = layers[i], f"{prefix}{i}", tape[i]
         if getattr(layer, "activation", None) == "relu":
             dx = dx * (out > 0)
-        if isinstance(layer, Dense):
-            grads[f"{path}.W"], grads[f"{path}.b"] = inp.T @ dx, dx.sum(axis=0)
-            dx = dx @ params[f"{path}.W"].T
-        elif isinstance(layer, Conv2D):
-            if layer.bias:
-                grads[f"{path}.b"] = dx.sum(axis=(0, 2, 3))
-            dx, grads[f"{path}.W"] = conv.conv2d_vjp(_conv_p(layer), (inp, params[f"{path}.W"]), dx)
-        elif isinstance(layer, BatchNorm):
-            dx = _batch_norm_vjp(layer, path, params, aux, dx, run, grads)
-        elif isinstance(layer, Pool2D):
-            (dx,) = _pool_fns(layer)[1]({"k": layer.size, "stride": layer.stride}, (inp,), dx)
-        elif isinstance(layer, GlobalAvgPool):
-            dx = np.broadcast_to(dx[:, :, None, None] / (inp.shape[2] * inp.shape[3]), inp.shape)
-        elif isinstance(layer, Flatten):
-            dx = dx.reshape(inp.shape)
-        elif isinstance(layer, LSTM):
-            dx, lstm_grads = _lstm_backward(params, path, inp, aux, dx, layer.units)
-            grads.update(lstm_grads)
-        elif isinstance(layer, Residual):
-            d_body = _backward(layer.body, f"{path}.", params, aux[0], dx, run, grads)
-            if layer.shortcut:
-                d_body = d_body + _backward(layer.shortcut, f"{path}.s", params, aux[1], dx, run, grads)
-            elif layer.shortcut is not None:  # identity
-                d_body = d_body + dx
-            dx = d_body
-        dx = run.round(dx)
+        dx = run.round(_rule(BACKWARD, layer, "backward")(layer, path, params, inp, aux, dx, run, grads))
     return dx
 
 
