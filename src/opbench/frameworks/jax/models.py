@@ -52,33 +52,45 @@ def _batch_norm(layer: BatchNorm, path: str, params: dict, x, training: bool, st
     return ((x - mean.reshape(shape)) * scale.reshape(shape) + beta.reshape(shape)).astype(x_in.dtype)
 
 
+def _residual(layer: Residual, params, path: str, x, training: bool, state: dict):
+    y = _sequence(layer.body, params, f"{path}.", x, training, state)
+    return y + _sequence(layer.shortcut, params, f"{path}.s", x, training, state) if layer.shortcut is not None else y
+
+
+def _conv(layer: Conv2D, params, path: str, x, training: bool, state: dict):
+    x = lax.conv_general_dilated(x, params[f"{path}.W"], (layer.stride, layer.stride),
+                                 [(layer.pad, layer.pad)] * 2, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return x + params[f"{path}.b"].reshape(1, -1, 1, 1) if layer.bias else x
+
+
+def _pool(layer: Pool2D, params, path: str, x, training: bool, state: dict):
+    window, strides = (1, 1, layer.size, layer.size), (1, 1, layer.stride, layer.stride)
+    if layer.kind == "max":
+        return lax.reduce_window(x, -jnp.inf, lax.max, window, strides, "VALID")
+    return lax.reduce_window(x, 0.0, lax.add, window, strides, "VALID") / (layer.size * layer.size)
+
+
+# Each layer kind as JAX computes it: (layer, params, path, x, training, state) -> output, before its activation
+LAYERS = {
+    Residual: _residual,
+    Dense: lambda layer, params, path, x, training, state: (
+        jnp.reshape(x, (x.shape[0], -1)) @ params[f"{path}.W"] + params[f"{path}.b"]),
+    Conv2D: _conv,
+    BatchNorm: lambda layer, params, path, x, training, state: _batch_norm(layer, path, params, x, training, state),
+    Pool2D: _pool,
+    GlobalAvgPool: lambda layer, params, path, x, training, state: jnp.mean(x, axis=(2, 3)),
+    Flatten: lambda layer, params, path, x, training, state: jnp.reshape(x, (x.shape[0], -1)),
+    LSTM: lambda layer, params, path, x, training, state: _lstm(params[f"{path}.Wx"], params[f"{path}.Wh"],
+                                                                params[f"{path}.b"], x, layer.units),
+}
+
+
 def _layer(layer, params, path: str, x, training: bool, state: dict):
-    if isinstance(layer, Residual):
-        y = _sequence(layer.body, params, f"{path}.", x, training, state)
-        if layer.shortcut is not None:
-            y = y + _sequence(layer.shortcut, params, f"{path}.s", x, training, state)
-        x = y
-    elif isinstance(layer, Dense):
-        x = jnp.reshape(x, (x.shape[0], -1)) @ params[f"{path}.W"] + params[f"{path}.b"]
-    elif isinstance(layer, Conv2D):
-        x = lax.conv_general_dilated(x, params[f"{path}.W"], (layer.stride, layer.stride),
-                                     [(layer.pad, layer.pad)] * 2, dimension_numbers=("NCHW", "OIHW", "NCHW"))
-        if layer.bias:
-            x = x + params[f"{path}.b"].reshape(1, -1, 1, 1)
-    elif isinstance(layer, BatchNorm):
-        x = _batch_norm(layer, path, params, x, training, state)
-    elif isinstance(layer, Pool2D):
-        window, strides = (1, 1, layer.size, layer.size), (1, 1, layer.stride, layer.stride)
-        if layer.kind == "max":
-            x = lax.reduce_window(x, -jnp.inf, lax.max, window, strides, "VALID")
-        else:
-            x = lax.reduce_window(x, 0.0, lax.add, window, strides, "VALID") / (layer.size * layer.size)
-    elif isinstance(layer, GlobalAvgPool):
-        x = jnp.mean(x, axis=(2, 3))
-    elif isinstance(layer, Flatten):
-        x = jnp.reshape(x, (x.shape[0], -1))
-    elif isinstance(layer, LSTM):
-        x = _lstm(params[f"{path}.Wx"], params[f"{path}.Wh"], params[f"{path}.b"], x, layer.units)
+    try:
+        compute = LAYERS[type(layer)]
+    except KeyError:
+        raise TypeError(f"JAX builds no {type(layer).__name__} (frameworks/jax/models.LAYERS)") from None
+    x = compute(layer, params, path, x, training, state)
     return jax.nn.relu(x) if getattr(layer, "activation", None) == "relu" else x
 
 
