@@ -133,3 +133,10 @@ def test_a_torn_last_line_is_what_a_dying_worker_wrote_last(tmp_path):
 def test_the_runs_exit_code_is_its_worst_frameworks(codes, benches, crashes, expected):
     outcome = isolation.Outcome(benches=[{}] * benches, crashes=[{}] * crashes, codes=codes)
     assert outcome.code == expected
+
+
+def test_auto_bounds_a_worker_at_4g_or_half_the_memory():
+    from opbench.harness.config import AUTO_WORKER_RSS, machine_memory, parse_size
+
+    assert parse_size("auto", "--worker-max-rss") == min(AUTO_WORKER_RSS, machine_memory() // 2)
+    assert AUTO_WORKER_RSS == 4 * 2**30 and parse_size("8G", "--worker-max-rss") == 8 * 2**30
