@@ -144,9 +144,9 @@ OPTIONS = (
     Option("peak_gflops", "derive", "roofline ceiling in GFLOP/s ('derive': from the hardware, per device and dtype: "
            "cores x SIMD lanes x FMA units x 2 x maximum clock)"),
     Option("roofline_slack", "1.5", "a result above the ceiling x slack fails as implausible"),
+    Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
     Option("workloads", "", "a TOML file of model blueprints ([model.NAME] tables, docs/usage/own.md): its models "
            "run in benchmarks/e2e beside the catalogue's own"),
-    Option("data_dir", "", "folder with real MNIST/CIFAR-10/IMDB files for the e2e suite (default: synthetic)"),
     Option("workers", ",".join(str(w) for w in (1, 2) if w <= default_threads()),
            "data-parallel workers per node for benchmarks/distributed (comma list), one core and one "
            "intra-op thread each"),
