@@ -18,7 +18,6 @@ module may change between releases. Importing it imports no framework.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,15 +157,10 @@ def _bound(fn: Callable[..., Any], framework: str) -> Callable[..., Any]:
     hands its F (mx.nd or mx.sym) itself."""
     if framework == "mxnet":
         return fn
-    module = framework_module(framework)
-    return lambda p, *xs: fn(module, p, *xs)
-
-
-def framework_module(framework: str) -> Any:
-    """The package of `framework`, as `import` names it (torch, tensorflow, jax, mxnet, numpy)."""
     from opbench import frameworks
 
-    return importlib.import_module(frameworks.declared()[framework].package)
+    module = frameworks.package(framework)
+    return lambda p, *xs: fn(module, p, *xs)
 
 
 def _fixed(p: Mapping[str, Any]):
@@ -247,7 +241,4 @@ def models_from(path: str | Path) -> list[Model]:
     DeclarationError, one line naming the file and the model, for one opbench cannot build."""
     from opbench.workloads.models import blueprint
 
-    specs = blueprint.load(path)
-    for spec in specs:
-        catalogue.register(spec)
-    return [Model(spec) for spec in specs]
+    return [Model(spec) for spec in blueprint.register_file(path)]

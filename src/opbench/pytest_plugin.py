@@ -152,12 +152,9 @@ def _load_workloads(path: str) -> tuple[str, ...]:
     from opbench.workloads.models import blueprint
 
     try:
-        specs = blueprint.load(path)
+        return tuple(spec.name for spec in blueprint.register_file(path))
     except DeclarationError as exc:
         raise pytest.UsageError(f"--workloads: {exc}") from None
-    for spec in specs:
-        catalogue.register(spec)
-    return tuple(spec.name for spec in specs)
 
 
 def _check_json_target(config: pytest.Config) -> None:
@@ -405,11 +402,12 @@ def dist_case(request: pytest.FixtureRequest) -> Bound:
 def fw(request: pytest.FixtureRequest):
     """One framework in one mode, on one device and dtype, for a test of the user's own code
     (opbench.suites.functions.Runner): skipped with the reason where it cannot run here."""
-    from opbench.suites.functions import Runner, admit
+    from opbench.suites.functions import Runner
+    from opbench.suites.prepared import require
 
     case = request.param
     try:
-        backend = admit(case)
+        backend = require(case)
     except Unavailable as exc:
         pytest.skip(str(exc))
     return Runner(case, backend, request.config.stash[STATE])
@@ -451,12 +449,10 @@ def unavailable(case) -> str | None:
     from opbench.suites import prepared
     from opbench.suites.measure import admit
 
-    if case.kind != "dist" and not case.is_function:
+    if case.kind != "dist":
         return admit(case).unavailable
-    from opbench.suites import functions
-
     try:
-        functions.admit(case) if case.kind != "dist" else prepared.require_framework(case.framework, case.device)
+        prepared.require_framework(case.framework, case.device)
     except Unavailable as exc:
         return str(exc)
     return None

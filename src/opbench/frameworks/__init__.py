@@ -21,6 +21,7 @@ import os
 import pkgutil
 import threading
 from pathlib import Path
+from typing import Any
 
 from opbench.core.errors import one_line
 from opbench.frameworks.base import Backend, Framework, Unavailable
@@ -64,6 +65,12 @@ def taking_part(suite: str) -> tuple[str, ...]:
 
 
 PACKAGES = {name: f.package for name, f in declared().items()}
+
+
+def package(name: str) -> Any:
+    """Framework `name`'s own package (torch, tensorflow, jax, mxnet, numpy), imported: what a
+    user's implementation or `fw` test is handed (opbench.api)."""
+    return importlib.import_module(PACKAGES[name])
 
 _loaded: dict[str, Backend | Unavailable] = {}
 _lock = threading.Lock()

@@ -21,7 +21,7 @@ from opbench.frameworks.base import Backend, Unavailable
 from opbench.harness.memory import PeakOf
 from opbench.harness.session import Session
 from opbench.suites import measure as measuring
-from opbench.suites.prepared import CorrectnessError, compare, require_framework
+from opbench.suites.prepared import CorrectnessError, compare
 from opbench.workloads import ops
 
 
@@ -35,16 +35,6 @@ def function_cases(settings, name: str) -> list[Case]:
             for mode in settings.framework_modes(framework)
             for device in settings.devices
             for dtype in settings.dtypes]
-
-
-def admit(case: Case) -> Backend:
-    """The backend that runs a function case; Unavailable says why it cannot run here."""
-    backend = require_framework(case.framework, case.device)
-    if case.mode not in backend.modes:
-        raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
-    if case.dtype not in backend.dtypes(case.device):
-        raise Unavailable(f"{case.framework} does not compute in {case.dtype} on the {case.device}")
-    return backend
 
 
 Results = Any  # a framework tensor, or a tuple or list of them
@@ -82,11 +72,9 @@ class Runner:
     @property
     def module(self) -> Any:
         """The framework's package, as `import` names it: torch, tensorflow, jax, mxnet, numpy."""
-        import importlib
-
         from opbench import frameworks
 
-        return importlib.import_module(frameworks.declared()[self.framework].package)
+        return frameworks.package(self.framework)
 
     def array(self, values: Any) -> Any:
         """`values` (anything NumPy takes) as this framework's array on the device, floating point in the dtype."""

@@ -100,7 +100,8 @@ def require_framework(framework: str, device: str) -> Backend:
 
 
 def require(case: Case) -> Backend:
-    """The backend that runs `case`; raises Unavailable with the reason when it cannot run here."""
+    """The backend that runs `case` (an operator, a model, or a user's function through the `fw`
+    fixture); raises Unavailable with the reason when it cannot run here."""
     backend = require_framework(case.framework, case.device)
     if case.mode not in backend.modes:
         raise Unavailable(f"{case.framework} has no mode {case.mode!r} (modes: {', '.join(backend.modes)})")
@@ -111,7 +112,7 @@ def require(case: Case) -> Backend:
         reason = backend.amp_unavailable(case.device)
         if reason:
             raise Unavailable(reason)
-    if not case.is_model:
+    if not case.is_model and not case.is_function:  # a registered operator's own conditions
         spec = ops.get(case.name)
         if spec.creation and case.mode != "eager":
             raise Unavailable("creation operators are measured in eager mode only: a compiled graph hoists them")

@@ -90,6 +90,15 @@ def _layer(table: Any, where: str) -> Layer:
         raise DeclarationError(f"{where}: {kind}: {exc}") from None
 
 
+def register_file(path: str | Path) -> list[ModelSpec]:
+    """Every model of the blueprint file `path`, checked (load) and then registered in the
+    catalogue, all or none: what --workloads and opbench.api.models_from declare."""
+    specs = load(path)
+    for spec in specs:
+        catalogue.register(spec)
+    return specs
+
+
 MODEL_KEYS = {"input_shape", "layers", "optimizer", "batch", "dataset", "notes"}
 
 
