@@ -297,11 +297,11 @@ def test_a_model_call_faster_than_its_least_work_allows_fails(seconds, passes):
                                 least_flops=least, ceiling_dtype="float32")
     state, bench = State(Settings(threads=(2,))), FakeBenchmark(seconds=seconds)
     if passes:
-        measure_module._time_and_check(bench, case, prepared, state)
+        measure_module.time_and_check(bench, case, prepared, state)
         assert bench.extra_info["gflops"] is None  # the floor judges; it is no figure to report
     else:
         with pytest.raises(Implausible, match="did not do it"):
-            measure_module._time_and_check(bench, case, prepared, state)
+            measure_module.time_and_check(bench, case, prepared, state)
 
 
 class WrongOnceWarm(NumpyBackend):
@@ -342,5 +342,24 @@ def test_a_call_after_the_timed_rounds_of_a_step_that_moves_state_gets_its_own_c
     from opbench.suites import measure as measure_module
 
     with pytest.raises(shared.CorrectnessError, match=r"^after its timed rounds, numpy eager mlp: the loss of the"):
-        measure_module._time_and_check(FakeBenchmark(), case, prepared, State(Settings(threads=(2,))))
+        measure_module.time_and_check(FakeBenchmark(), case, prepared, State(Settings(threads=(2,))))
     assert order == ["timed", "after rounds"]
+
+
+def test_a_users_function_is_timed_and_checked_after_its_rounds_as_an_operator_is():
+    """fw.measure (suites/functions.py) goes the operators' way: checked before timing, the
+    rounds timed, the call after them checked as the first was; a function that goes wrong once
+    warm fails there, naming the rounds."""
+    from opbench.suites.functions import Runner
+
+    calls = []
+
+    def warm_goes_wrong():
+        calls.append(1)
+        return np.ones(4, np.float32) * (1 if len(calls) <= 2 else 2)
+
+    runner = Runner(Case.function("ones", "numpy"), NumpyBackend(), State(Settings(threads=(2,))))
+    bench = FakeBenchmark()
+    with pytest.raises(shared.CorrectnessError, match=r"^after its timed rounds, numpy eager ones result differs"):
+        runner.measure(bench, warm_goes_wrong, np.ones(4))
+    assert bench.calls == 1 and len(calls) == 3 and bench.extra_info["max_abs_err"] == 0.0

@@ -18,10 +18,9 @@ import numpy as np
 
 from opbench.core.case import Case
 from opbench.frameworks.base import Backend, Unavailable
-from opbench.harness.memory import PeakOf
 from opbench.harness.session import Session
 from opbench.suites import measure as measuring
-from opbench.suites.prepared import CorrectnessError, compare
+from opbench.suites.prepared import CorrectnessError, Prepared, compare
 from opbench.workloads import ops
 
 
@@ -129,6 +128,8 @@ class Runner:
         synchronised, the machine's load over the rounds and the peak memory recorded, one more
         call checked after them. `flops` holds the timing to the machine's ceiling and adds
         GFLOP/s to the report. Returns the checked result."""
+        from opbench.harness import openmp
+
         case, backend, state = self.case, self.backend, self.state
         threads, how = measuring.threads_of(case, backend, state)
 
@@ -137,25 +138,16 @@ class Runner:
             backend.wait(result, case.device)
             return result
 
+        # the operators' own path from here: a Prepared whose every call gives the same result, so
+        # the call after the timed rounds is checked as the first was (measure.check_after_rounds)
+        prepared = Prepared(case, backend, timed, lambda result: self.check(result, reference, rtol), flops,
+                            bytes_moved, "-", repeatable=True)
         result, first_s = measuring.first_call(timed)
-        err = self.check(result, reference, rtol)
+        err = prepared.verify(result)
         measuring.threads_held(case, backend, threads, "after its first call")
-        info = {**measuring.identity(case, backend, threads, err), "first_call_s": first_s,
-                "threads_observed": how, "flops": flops, "bytes": bytes_moved}
-        with measuring.recording(benchmark, case, info):
-            with PeakOf() as rss, measuring.loaded(benchmark, threads):
-                benchmark(timed)
-            measuring.threads_held(case, backend, threads, "after its timed rounds")
-            try:
-                self.check(timed(), reference, rtol)
-            except CorrectnessError as exc:
-                raise CorrectnessError(f"after its timed rounds, {exc}") from None
-            timing = measuring.timing_of(benchmark)
-            if timing is not None:
-                if flops:
-                    state.roofline.check(flops, timing.min_s, case.device, case.dtype, backend)
-                benchmark.extra_info.update(gflops=flops / timing.median_s / 1e9 if flops else None,
-                                            gbps=bytes_moved / timing.median_s / 1e9 if bytes_moved else None,
-                                            **rss.as_extra())
-                measuring.warn_if_noisy(case.id, timing)
+        ready = measuring.Ready(prepared, threads, how, first_s, err, aids={},
+                                openmp_shared=openmp.shared_with(state.openmp_teams, case.framework, case.device,
+                                                                 threads))
+        with measuring.recording(benchmark, case, measuring.describe(case, backend, ready, state)):
+            measuring.time_and_check(benchmark, case, prepared, state)
         return result

@@ -317,7 +317,7 @@ def measure(benchmark, bound) -> None:
     case, backend, state = bound.case, bound.backend, bound.state
     ready = setup(case, backend, state)
     with recording(benchmark, case, describe(case, backend, ready, state)):
-        _time_and_check(benchmark, case, ready.prepared, state)
+        time_and_check(benchmark, case, ready.prepared, state)
     if case.is_model and state.settings.breakdown != "off":  # after timing, never inside it
         benchmark.extra_info["breakdown"] = breakdown(case, backend, ready.prepared.call, state.settings.breakdown,
                                                       state.threads)
@@ -359,7 +359,10 @@ def check_after_rounds(prepared, after: str = "its timed rounds") -> None:
         raise CorrectnessError(f"after {after}, {exc}") from None
 
 
-def _time_and_check(benchmark, case, prepared, state) -> None:
+def time_and_check(benchmark, case, prepared, state) -> None:
+    """The timed rounds of a checked case and what follows them, for operators, models and users'
+    functions (suites/functions.py) alike: load and peak memory over the rounds, the threads read
+    again, the call after the rounds checked, the roofline, throughput, latency, the noise warning."""
     if case.is_model:  # peak_rss_bytes: count this model's memory, not what earlier ones freed
         from opbench.harness.allocator import release
 
