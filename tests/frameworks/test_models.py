@@ -327,3 +327,60 @@ def test_timed_adam_floor_holds_float32_constants_and_refuses_adamw(call):
         decayed = {k: v - model.optimizer.lr * 4e-3 * before[k] if k in history[0] else v for k, v in want.items()}
         with pytest.raises(CorrectnessError, match="timed adam step"):
             equivalence.check_update(case, "the timed adam step", before, decayed, before, want, allowed, None, rtol)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_loss_head_is_the_frameworks_cross_entropy(framework):
+    """NativeModel.loss_head: the framework's own mean softmax cross-entropy and its gradient at
+    the logits, on the model's device, whatever the model's training loss was replaced with (a
+    mutant's loss must not widen the allowance of the check that catches it)."""
+    backend = load_or_skip(framework)
+    model = catalogue.get("mlp")
+    native = backend.build(model, init_params(model), "cpu", "float32", "eager")
+    native._loss = native._loss_of = None  # the head does not go through the model's own loss
+    rng = np.random.default_rng(3)
+    logits = (rng.normal(size=(8, 10)) * 4).astype(np.float32)
+    labels = rng.integers(0, 10, 8)
+    logits[np.arange(4), labels[:4]] += 20  # rows the softmax saturates, where p - onehot cancels
+    loss, grad = native.loss_head(logits, labels)
+    want_loss, want = reference.cross_entropy(logits.astype(np.float64), labels)
+    assert grad.dtype == np.float32 and grad.shape == logits.shape
+    # float32: a few units of roundoff of the log-probabilities (|logits| < 40) and of p <= 1
+    u = 2.0**-24
+    assert abs(loss - want_loss) <= 200 * u * max(1.0, abs(want_loss))
+    assert np.max(np.abs(grad - want)) <= 200 * u / len(labels)
+
+
+def test_after_rounds_emulation_takes_the_frameworks_head():
+    """The check after the timed rounds emulates the step with NumPy's head and the framework's:
+    a head as exact as NumPy's leaves the allowance as it was, a less exact one widens the
+    allowance of what its error reaches (the last layer's bias: the batch's sum of the head's
+    gradient), and nothing is taken from it."""
+    model = catalogue.get("mlp")
+    params = {k: v.astype(np.float32) for k, v in init_params(model).items()}
+    x, y = datasets.synthetic(model, 8)
+    alone = equivalence._after_rounds_reference(model, params, x, y, 1, False, "float32")[3].updates[0]
+    same = equivalence._after_rounds_reference(model, params, x, y, 1, False, "float32",
+                                               reference.cross_entropy)[3].updates[0]
+    assert same == alone
+
+    def rough(logits, labels):  # log-probabilities 1e-3 off, one sign per row (a log-sum-exp's error)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        logp = logp + 1e-3 * np.where(np.arange(len(labels)) % 2, 1.0, -1.0)[:, None]
+        grad = np.exp(logp)
+        grad[np.arange(len(labels)), labels] -= 1
+        return 0.0, (grad / len(labels)).astype(np.float32)
+
+    wide = {k: v.astype(np.float64) for k, v in params.items()}  # the MLP has no batch norm: one forward
+    _, exact = reference.cross_entropy(reference.forward(model, wide, x.astype(np.float64)), y)
+    _, off = rough(reference.forward(model, wide, x.astype(np.float64)), y)
+    bias = _relative_sum(off, exact)
+    widened = equivalence._after_rounds_reference(model, params, x, y, 1, False, "float32", rough)[3].updates[0]
+    assert all(widened[k] >= alone[k] for k in alone)
+    assert widened["2.b"] >= 0.5 * bias > 10 * alone["2.b"]
+
+
+def _relative_sum(got: np.ndarray, want: np.ndarray) -> float:
+    """How far the batch's sum of one gradient at the logits is from another's, relative to it."""
+    return float(np.linalg.norm(got.sum(0) - want.sum(0)) / np.linalg.norm(want.sum(0)))

@@ -144,8 +144,13 @@ def cross_entropy(spec: ModelSpec, params: dict, x, y):
     the products ran in, averaged over the batch; with the running statistics the pass moved (a
     dict of the state entries it changed). `params` and `x` as the products read them."""
     state: dict = {}
-    logp = jax.nn.log_softmax(_sequence(spec.layers, params, "", x, True, state).astype(jnp.float32))
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), state
+    return head(_sequence(spec.layers, params, "", x, True, state), y), state
+
+
+def head(logits, y):
+    """The mean softmax cross-entropy of `logits`, in float32, over integer labels `y`."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 
 
 def loss(spec: ModelSpec, params: dict, x, y, amp=None):
@@ -244,6 +249,11 @@ class JaxModel(NativeModel):
         seen["weights"] = ",".join(sorted({str(v.dtype) for k, v in self.params.items() if not is_state(k)}))
         seen["cross-entropy"] = ",".join(sorted(_after_products(jax.make_jaxpr(self._loss)(self.params, x, y))))
         return seen
+
+    def loss_head(self, logits, y):
+        z, labels = (jax.device_put(a, self._device) for a in (np.asarray(logits, np.float32), y.astype(np.int32)))
+        loss, grad = jax.value_and_grad(head)(z, labels)
+        return float(loss), np.asarray(grad)
 
     def inputs(self, x, y):
         tx = jax.device_put(np.asarray(x).astype(self._dtype), self._device)

@@ -116,6 +116,14 @@ class MxnetModel(NativeModel):
     def inputs(self, x, y):
         return mx.nd.array(x, ctx=self._ctx, dtype="float32"), mx.nd.array(y, ctx=self._ctx, dtype="float32")
 
+    def loss_head(self, logits, y):
+        z = mx.nd.array(logits, ctx=self._ctx, dtype="float32")
+        z.attach_grad()
+        with autograd.record():
+            loss = gluon.loss.SoftmaxCrossEntropyLoss()(z, mx.nd.array(y, ctx=self._ctx, dtype="float32")).mean()
+        loss.backward()
+        return float(loss.asscalar()), z.grad.asnumpy()
+
     def infer(self, x):
         return lambda: self.net(x)
 

@@ -129,6 +129,14 @@ class TensorflowModel(NativeModel):
         return {precision.dtype_name(t.dtype) for op in graph.get_operations() if op.type != "Placeholder"
                 for t in op.outputs if t.dtype.is_floating} or {"not observed"}
 
+    def loss_head(self, logits, y):
+        with tf.device(self._where):
+            z = tf.constant(np.asarray(logits, np.float32))
+            with tf.GradientTape() as tape:
+                tape.watch(z)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tf.constant(y, tf.int64), z))
+            return float(loss), tape.gradient(loss, z).numpy()
+
     def inputs(self, x, y):
         if x.ndim == 4 and self._format == "NHWC":
             x = x.transpose(0, 2, 3, 1)

@@ -194,6 +194,12 @@ class TorchModel(NativeModel):
         tx = torch.from_numpy(np.require(x, requirements="C")).to(device=self._dev, dtype=self._dtype)
         return tx, torch.from_numpy(y.astype(np.int64)).to(self._dev)
 
+    def loss_head(self, logits, y):
+        z = torch.tensor(np.asarray(logits, np.float32), device=self._dev, requires_grad=True)
+        loss = F.cross_entropy(z, torch.from_numpy(np.asarray(y, np.int64)).to(self._dev))
+        loss.backward()
+        return float(loss.detach()), z.grad.cpu().numpy()
+
     def infer(self, x):
         def call():
             self._mode(False)

@@ -54,6 +54,15 @@ class NativeModel(abc.ABC):
         runs one training step (forward, loss, backward, update) on a batch made by inputs()
         and returns the batch's loss before the update."""
 
+    @abc.abstractmethod
+    def loss_head(self, logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """The model's own loss as the framework runs it, eagerly on the model's device, on float32
+        `logits` and integer labels `y`: the batch's mean loss and its gradient with respect to the
+        logits (a float32 NumPy array). The check's emulation runs the layers in NumPy and its loss
+        head beside this one, so that a framework whose softmax cross-entropy is less exact than
+        one rounding per operation is held to the head it has (MXNet 1.9.1's oneDNN log_softmax:
+        10 times float32's error in the log-sum-exp)."""
+
     def train_step(self, x: Any, y: Any, optimizer: Optimizer) -> Callable[[], Any]:
         """A callable running one step on (x, y) with a fresh optimizer (the timed step)."""
         step = self.trainer(optimizer)

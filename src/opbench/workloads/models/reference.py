@@ -316,16 +316,17 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.nda
 
 def loss_and_grads(
     model: ModelSpec, params: dict, x: np.ndarray, y: np.ndarray, unbiased_var: bool | None = False,
-    lowp: Rounder | None = None,
+    lowp: Rounder | None = None, head: Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]] | None = None,
 ) -> tuple[float, dict, dict]:
     """The loss of one batch in training mode, the gradient of every trained parameter, and the
     running statistics the pass leaves (`unbiased_var`: the framework moves the running variance
     with the unbiased batch variance, as PyTorch does; None: both, UNBIASED_VAR; `lowp`: mixed
-    precision, emulated)."""
+    precision, emulated; `head`: the loss and its gradient at the logits made by a framework's
+    own loss, NativeModel.loss_head, in place of cross_entropy's)."""
     run, tape = _Run(training=True, unbiased_var=unbiased_var), []
     used, x = _start(params, x, run, lowp)
     logits = _forward(model.layers, "", used, x, run, tape)
-    loss, dx = cross_entropy(logits, y)
+    loss, dx = (head or cross_entropy)(logits, y)
     grads: dict[str, np.ndarray] = {}
     _backward(model.layers, "", used, tape, run.round(dx), run, grads)
     return loss, {k: run.round(g) for k, g in grads.items()}, run.state
