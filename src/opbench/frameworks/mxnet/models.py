@@ -7,6 +7,7 @@ import numpy as np
 
 from opbench.frameworks.mxnet.loader import mx
 from opbench.workloads.models.native import NativeModel, out_in_slots
+from opbench.workloads.models.native import first_holds_parameters as held
 from opbench.workloads.models.spec import (
     LSTM,
     BatchNorm,
@@ -44,34 +45,45 @@ class _Residual(gluon.HybridBlock):
         return F.relu(y) if self.relu else y
 
 
+def _residual(layer: Residual, shape: tuple, path: str, leaves: dict) -> list:
+    shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, shape, f"{path}.s", leaves)
+    return [_Residual(_sequence(layer.body, shape, f"{path}.", leaves), shortcut, layer.activation == "relu")]
+
+
+def _batch_norm(layer: BatchNorm, shape: tuple) -> list:
+    # use_global_stats: the running statistics in training too (a frozen batch norm)
+    norm = nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=shape[0],
+                        use_global_stats=layer.frozen)
+    if layer.frozen:
+        norm.gamma.grad_req = norm.beta.grad_req = "null"
+    return [norm, nn.Activation(layer.activation)] if layer.activation else [norm]
+
+
+# Each layer kind as Gluon blocks: (layer, input shape, path, leaves) -> the blocks that run it, its
+# activation included; the one holding its parameters is recorded in `leaves` under its path
+LAYERS = {
+    Residual: _residual,
+    Dense: held(lambda layer, shape: [nn.Dense(layer.units, activation=layer.activation,
+                                               in_units=int(np.prod(shape)))]),
+    Conv2D: held(lambda layer, shape: [nn.Conv2D(layer.filters, layer.kernel, layer.stride, layer.pad,
+                                                 in_channels=shape[0], activation=layer.activation,
+                                                 use_bias=layer.bias)]),
+    BatchNorm: held(_batch_norm),
+    Pool2D: held(lambda layer, shape: [(nn.MaxPool2D if layer.kind == "max" else nn.AvgPool2D)(layer.size,
+                                                                                             layer.stride)]),
+    GlobalAvgPool: held(lambda layer, shape: [nn.GlobalAvgPool2D(), nn.Flatten()]),
+    Flatten: held(lambda layer, shape: [nn.Flatten()]),
+    LSTM: held(lambda layer, shape: [rnn.LSTM(layer.units, layout="NTC", input_size=shape[-1]), _LastStep()]),
+}
+
+
 def _group(layer, shape: tuple, path: str, leaves: dict) -> list:
     """One spec layer as Gluon blocks; the parameterised one is recorded in `leaves` under its path."""
-    if isinstance(layer, Residual):
-        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, shape, f"{path}.s", leaves)
-        return [_Residual(_sequence(layer.body, shape, f"{path}.", leaves), shortcut, layer.activation == "relu")]
-    group = []
-    if isinstance(layer, Dense):
-        group = [nn.Dense(layer.units, activation=layer.activation, in_units=int(np.prod(shape)))]
-    elif isinstance(layer, Conv2D):
-        group = [nn.Conv2D(layer.filters, layer.kernel, layer.stride, layer.pad, in_channels=shape[0],
-                           activation=layer.activation, use_bias=layer.bias)]
-    elif isinstance(layer, BatchNorm):
-        # use_global_stats: the running statistics in training too (a frozen batch norm)
-        norm = nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=shape[0],
-                            use_global_stats=layer.frozen)
-        if layer.frozen:
-            norm.gamma.grad_req = norm.beta.grad_req = "null"
-        group = [norm, nn.Activation(layer.activation)] if layer.activation else [norm]
-    elif isinstance(layer, Pool2D):
-        group = [(nn.MaxPool2D if layer.kind == "max" else nn.AvgPool2D)(layer.size, layer.stride)]
-    elif isinstance(layer, GlobalAvgPool):
-        group = [nn.GlobalAvgPool2D(), nn.Flatten()]
-    elif isinstance(layer, Flatten):
-        group = [nn.Flatten()]
-    elif isinstance(layer, LSTM):
-        group = [rnn.LSTM(layer.units, layout="NTC", input_size=shape[-1]), _LastStep()]
-    leaves[path] = group[0]
-    return group
+    try:
+        build = LAYERS[type(layer)]
+    except KeyError:
+        raise TypeError(f"MXNet builds no {type(layer).__name__} (frameworks/mxnet/models.LAYERS)") from None
+    return build(layer, shape, path, leaves)
 
 
 def _sequence(layers: tuple, shape: tuple, prefix: str, leaves: dict) -> nn.HybridSequential:

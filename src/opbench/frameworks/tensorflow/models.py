@@ -3,12 +3,22 @@ Imports only TensorFlow (and Keras, its layer API)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from opbench.workloads.models import precision
-from opbench.workloads.models.native import NativeModel, Slot, batch_norm_slots, nchw_dense_rows, nhwc_dense_rows
+from opbench.workloads.models.native import (
+    NativeModel,
+    Slot,
+    batch_norm_slots,
+    nchw_dense_rows,
+    nhwc_dense_rows,
+    slots_from,
+)
+from opbench.workloads.models.native import first_holds_parameters as held
 from opbench.workloads.models.spec import (
     LSTM,
     BatchNorm,
@@ -20,7 +30,6 @@ from opbench.workloads.models.spec import (
     Pool2D,
     Residual,
     layer_inputs,
-    walk,
 )
 
 
@@ -44,43 +53,99 @@ class _Residual(keras.layers.Layer):
         return keras.activations.relu(y) if self.relu else y
 
 
+def _residual(layer: Residual, fmt: str, path: str, leaves: dict, kw: dict) -> list:
+    shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, fmt, f"{path}.s", leaves, kw)
+    body = _sequence(layer.body, fmt, f"{path}.", leaves, kw)
+    return [_Residual(body, shortcut, layer.activation == "relu", **kw)]
+
+
+def _conv(layer: Conv2D, fmt: str, path: str, leaves: dict, kw: dict) -> list:
+    """A ZeroPadding2D before a padded convolution: Keras pads only "same" or "valid"."""
+    pad = [keras.layers.ZeroPadding2D(layer.pad, data_format=fmt, **kw)] if layer.pad else []
+    leaves[path] = keras.layers.Conv2D(layer.filters, layer.kernel, layer.stride, data_format=fmt,
+                                       activation=layer.activation, use_bias=layer.bias, **kw)
+    return [*pad, leaves[path]]
+
+
+def _batch_norm(layer: BatchNorm, fmt: str, kw: dict) -> list:
+    """An Activation after the batch norm where it has one; untrainable where frozen (its inference
+    behaviour in training too)."""
+    norm = keras.layers.BatchNormalization(-1 if fmt == "channels_last" else 1, momentum=layer.momentum,
+                                           epsilon=layer.eps, trainable=not layer.frozen, **kw)
+    return [norm, keras.layers.Activation(layer.activation, **kw)] if layer.activation else [norm]
+
+
+def _pool(layer: Pool2D, fmt: str, kw: dict) -> list:
+    pool = keras.layers.MaxPooling2D if layer.kind == "max" else keras.layers.AveragePooling2D
+    return [pool(layer.size, layer.stride, data_format=fmt, **kw)]
+
+
+# Each layer kind as Keras layers: (layer, data format, path, leaves, kw) -> the layers that run it, its
+# activation included; the one holding its parameters is recorded in `leaves` under its path
+LAYERS = {
+    Residual: _residual,
+    Dense: held(lambda layer, fmt, kw: [keras.layers.Dense(layer.units, activation=layer.activation, **kw)]),
+    Conv2D: _conv,
+    BatchNorm: held(_batch_norm),
+    Pool2D: held(_pool),
+    GlobalAvgPool: held(lambda layer, fmt, kw: [keras.layers.GlobalAveragePooling2D(data_format=fmt, **kw)]),
+    # channels_last here means "flatten in memory order": Keras would otherwise permute channels_first
+    # input to (H, W, C) first
+    Flatten: held(lambda layer, fmt, kw: [keras.layers.Flatten(data_format="channels_last", **kw)]),
+    LSTM: held(lambda layer, fmt, kw: [keras.layers.LSTM(layer.units, **kw)]),
+}
+
+
 def _group(layer, fmt: str, path: str, leaves: dict, kw: dict) -> list:
-    """One spec layer as Keras layers (a ZeroPadding2D before a padded convolution, an Activation
-    after a batch norm); the parameterised one is recorded in `leaves` under its path. `kw` goes
-    to every layer: the dtype policy under mixed precision."""
-    channels = -1 if fmt == "channels_last" else 1
-    if isinstance(layer, Residual):
-        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, fmt, f"{path}.s", leaves, kw)
-        body = _sequence(layer.body, fmt, f"{path}.", leaves, kw)
-        return [_Residual(body, shortcut, layer.activation == "relu", **kw)]
-    group = []
-    if isinstance(layer, Dense):
-        group = [keras.layers.Dense(layer.units, activation=layer.activation, **kw)]
-    elif isinstance(layer, Conv2D):
-        pad = [keras.layers.ZeroPadding2D(layer.pad, data_format=fmt, **kw)] if layer.pad else []
-        group = [*pad, keras.layers.Conv2D(layer.filters, layer.kernel, layer.stride, data_format=fmt,
-                                           activation=layer.activation, use_bias=layer.bias, **kw)]
-    elif isinstance(layer, BatchNorm):
-        norm = keras.layers.BatchNormalization(channels, momentum=layer.momentum, epsilon=layer.eps,
-                                               trainable=not layer.frozen, **kw)  # untrainable: inference behaviour
-        group = [norm, keras.layers.Activation(layer.activation, **kw)] if layer.activation else [norm]
-    elif isinstance(layer, Pool2D):
-        pool = keras.layers.MaxPooling2D if layer.kind == "max" else keras.layers.AveragePooling2D
-        group = [pool(layer.size, layer.stride, data_format=fmt, **kw)]
-    elif isinstance(layer, GlobalAvgPool):
-        group = [keras.layers.GlobalAveragePooling2D(data_format=fmt, **kw)]
-    elif isinstance(layer, Flatten):
-        # channels_last here means "flatten in memory order": Keras would otherwise permute
-        # channels_first input to (H, W, C) first.
-        group = [keras.layers.Flatten(data_format="channels_last", **kw)]
-    elif isinstance(layer, LSTM):
-        group = [keras.layers.LSTM(layer.units, **kw)]
-    leaves[path] = group[1] if isinstance(layer, Conv2D) and layer.pad else group[0]
-    return group
+    """One spec layer as Keras layers; the parameterised one is recorded in `leaves` under its path.
+    `kw` goes to every layer: the dtype policy under mixed precision."""
+    try:
+        build = LAYERS[type(layer)]
+    except KeyError:
+        raise TypeError(f"TensorFlow builds no {type(layer).__name__} (frameworks/tensorflow/models.LAYERS)") \
+            from None
+    return build(layer, fmt, path, leaves, kw)
 
 
 def _sequence(layers: tuple, fmt: str, prefix: str, leaves: dict, kw: dict) -> list:
     return [k for i, layer in enumerate(layers) for k in _group(layer, fmt, f"{prefix}{i}", leaves, kw)]
+
+
+def _dense_slots(path: str, layer: Dense, handles: tuple) -> Iterator[Slot]:
+    """`chw`: the (C, H, W) a Flatten before the layer flattened, where images are NHWC: its rows
+    reordered."""
+    main, chw = handles
+    if chw:
+        yield Slot(f"{path}.W", (main.kernel,), lambda w: nhwc_dense_rows(w, chw), lambda w: nchw_dense_rows(w, chw))
+    else:
+        yield Slot(f"{path}.W", (main.kernel,))
+    yield Slot(f"{path}.b", (main.bias,))
+
+
+def _conv_slots(path: str, layer: Conv2D, handles: tuple) -> Iterator[Slot]:
+    main = handles[0]
+    yield Slot(f"{path}.W", (main.kernel,), lambda w: w.transpose(2, 3, 1, 0), lambda w: w.transpose(3, 2, 0, 1))
+    if layer.bias:
+        yield Slot(f"{path}.b", (main.bias,))
+
+
+def _lstm_slots(path: str, layer: LSTM, handles: tuple) -> Iterator[Slot]:
+    cell = handles[0].cell
+    yield Slot(f"{path}.Wx", (cell.kernel,))
+    yield Slot(f"{path}.Wh", (cell.recurrent_kernel,))
+    yield Slot(f"{path}.b", (cell.bias,))
+
+
+# Where Keras keeps each parameterised layer kind's parameters: dense kernels (in, out), conv kernels
+# HWIO, one LSTM bias. Handles: (the layer's Keras layer, the (C, H, W) an NHWC Flatten before it made)
+SLOTS = {
+    Dense: _dense_slots,
+    Conv2D: _conv_slots,
+    BatchNorm: lambda path, layer, handles: batch_norm_slots(path, (handles[0].gamma, handles[0].beta,
+                                                                    handles[0].moving_mean,
+                                                                    handles[0].moving_variance)),
+    LSTM: _lstm_slots,
+}
 
 
 class TensorflowModel(NativeModel):
@@ -182,29 +247,10 @@ class TensorflowModel(NativeModel):
         """Keras stores dense kernels (in, out), conv kernels HWIO and one LSTM bias: only the dense
         layer after Flatten needs its rows reordered, when images are NHWC."""
         shapes = layer_inputs(self.spec)
-        for path, layer, _ in walk(self.spec.layers, self.spec.input_shape):
-            main, i = self._leaves.get(path), int(path) if path.isdigit() else -1
-            if isinstance(layer, Dense):
-                after_flatten = i > 0 and isinstance(self.spec.layers[i - 1], Flatten) and len(shapes[i - 1]) == 3
-                if after_flatten and self._format == "NHWC":
-                    chw = shapes[i - 1]
-                    yield Slot(f"{path}.W", (main.kernel,), lambda w, c=chw: nhwc_dense_rows(w, c),
-                               lambda w, c=chw: nchw_dense_rows(w, c))
-                else:
-                    yield Slot(f"{path}.W", (main.kernel,))
-                yield Slot(f"{path}.b", (main.bias,))
-            elif isinstance(layer, Conv2D):
-                hwio, oihw = (lambda w: w.transpose(2, 3, 1, 0)), (lambda w: w.transpose(3, 2, 0, 1))
-                yield Slot(f"{path}.W", (main.kernel,), hwio, oihw)
-                if layer.bias:
-                    yield Slot(f"{path}.b", (main.bias,))
-            elif isinstance(layer, BatchNorm):
-                yield from batch_norm_slots(path, (main.gamma, main.beta, main.moving_mean, main.moving_variance))
-            elif isinstance(layer, LSTM):
-                cell = main.cell
-                yield Slot(f"{path}.Wx", (cell.kernel,))
-                yield Slot(f"{path}.Wh", (cell.recurrent_kernel,))
-                yield Slot(f"{path}.b", (cell.bias,))
+        flattened = {str(i + 1): shapes[i] for i, layer in enumerate(self.spec.layers)
+                     if type(layer) is Flatten and len(shapes[i]) == 3 and self._format == "NHWC"}
+        return slots_from(SLOTS, "frameworks/tensorflow/models.SLOTS", self.spec,
+                          lambda path: (self._leaves[path], flattened.get(path)))
 
     def _read(self, handle):
         return np.asarray(handle.numpy(), dtype=np.float32)

@@ -55,30 +55,56 @@ class _FrozenBatchNorm(nn.modules.batchnorm._BatchNorm):
         return super().train(False)
 
 
+def _residual(layer: Residual, shape, path: str, leaves: dict):
+    shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, shape, f"{path}.s", leaves)
+    return _Residual(_sequence(layer.body, shape, f"{path}.", leaves), shortcut, layer.activation == "relu")
+
+
+def _batch_norm(layer: BatchNorm, shape) -> nn.Module:
+    kind = _FrozenBatchNorm if layer.frozen else nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d
+    mod = kind(shape[0], eps=layer.eps, momentum=1 - layer.momentum)  # PyTorch's momentum is the new share
+    mod.requires_grad_(not layer.frozen)
+    return mod
+
+
+def _lstm(layer: LSTM, shape, path: str, leaves: dict) -> nn.Module:
+    leaves[path] = nn.LSTM(shape[-1], layer.units, batch_first=True)
+    return nn.Sequential(leaves[path], _LastStep())
+
+
+def _alone(build):
+    """A layer kind built as one module (`build(layer, input shape)`), recorded in `leaves` under its
+    path, a ReLU after it where the layer has one."""
+    def one(layer, shape, path: str, leaves: dict) -> nn.Module:
+        mod = leaves[path] = build(layer, shape)
+        return nn.Sequential(mod, nn.ReLU()) if getattr(layer, "activation", None) == "relu" else mod
+    return one
+
+
+# Each layer kind as torch.nn modules: (layer, input shape, path, leaves) -> the module that runs it,
+# its activation included; the module holding its parameters is recorded in `leaves` under its path
+LAYERS = {
+    Residual: _residual,
+    Dense: _alone(lambda layer, shape: nn.Linear(int(np.prod(shape)), layer.units)),
+    Conv2D: _alone(lambda layer, shape: nn.Conv2d(shape[0], layer.filters, layer.kernel, layer.stride, layer.pad,
+                                                  bias=layer.bias)),
+    BatchNorm: _alone(_batch_norm),
+    Pool2D: _alone(lambda layer, shape: (nn.MaxPool2d if layer.kind == "max" else nn.AvgPool2d)(layer.size,
+                                                                                             layer.stride)),
+    GlobalAvgPool: _alone(lambda layer, shape: nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())),
+    Flatten: _alone(lambda layer, shape: nn.Flatten()),
+    LSTM: _lstm,
+}
+
+
 def _module(layer, shape, path: str, leaves: dict) -> nn.Module:
     """One spec layer as torch.nn modules; every parameterised module is recorded in `leaves` under
     its path."""
-    if isinstance(layer, Residual):
-        shortcut = None if layer.shortcut is None else _sequence(layer.shortcut, shape, f"{path}.s", leaves)
-        return _Residual(_sequence(layer.body, shape, f"{path}.", leaves), shortcut, layer.activation == "relu")
-    if isinstance(layer, Dense):
-        mod = nn.Linear(int(np.prod(shape)), layer.units)
-    elif isinstance(layer, Conv2D):
-        mod = nn.Conv2d(shape[0], layer.filters, layer.kernel, layer.stride, layer.pad, bias=layer.bias)
-    elif isinstance(layer, BatchNorm):
-        kind = _FrozenBatchNorm if layer.frozen else nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d
-        mod = kind(shape[0], eps=layer.eps, momentum=1 - layer.momentum)  # PyTorch's momentum is the new share
-        mod.requires_grad_(not layer.frozen)
-    elif isinstance(layer, Pool2D):
-        mod = (nn.MaxPool2d if layer.kind == "max" else nn.AvgPool2d)(layer.size, layer.stride)
-    elif isinstance(layer, GlobalAvgPool):
-        mod = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    elif isinstance(layer, Flatten):
-        mod = nn.Flatten()
-    elif isinstance(layer, LSTM):
-        mod = nn.Sequential(nn.LSTM(shape[-1], layer.units, batch_first=True), _LastStep())
-    leaves[path] = mod[0] if isinstance(layer, LSTM) else mod
-    return nn.Sequential(mod, nn.ReLU()) if getattr(layer, "activation", None) == "relu" else mod
+    try:
+        build = LAYERS[type(layer)]
+    except KeyError:
+        raise TypeError(f"PyTorch builds no {type(layer).__name__} (frameworks/torch/models.LAYERS)") from None
+    return build(layer, shape, path, leaves)
 
 
 def _sequence(layers: tuple, shape: tuple, prefix: str, leaves: dict) -> nn.Sequential:

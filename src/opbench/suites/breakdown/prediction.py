@@ -32,6 +32,7 @@ from opbench.workloads.models.spec import (
     GlobalAvgPool,
     ModelSpec,
     Pool2D,
+    Residual,
     output_shape,
     walk,
 )
@@ -55,39 +56,62 @@ def _act(layer: str, name: str | None, n: int, d: int, count: int = 1) -> Iterat
         yield LayerOp(layer, name, (("n", n), ("d", d)), count)
 
 
+def _conv(path: str, layer: Conv2D, shape: tuple, n: int) -> Iterator[LayerOp]:
+    c, h, w = shape
+    p = {"n": n, "c": c, "h": h, "w": w, "o": layer.filters, "k": layer.kernel, "stride": layer.stride,
+         "pad": layer.pad}
+    yield LayerOp(path, "conv2d", tuple(p.items()))
+    yield from _act(path, layer.activation, n, math.prod(output_shape(layer, shape)))
+
+
+def _dense(path: str, layer: Dense, shape: tuple, n: int) -> Iterator[LayerOp]:
+    yield LayerOp(path, "gemm", (("m", n), ("k", shape[0]), ("n", layer.units)))
+    yield from _act(path, layer.activation, n, layer.units)
+
+
+def _pool(path: str, shape: tuple, n: int, kind: str, k: int, stride: int) -> Iterator[LayerOp]:
+    c, h, w = shape
+    yield LayerOp(path, f"{kind}pool2d", (("n", n), ("c", c), ("h", h), ("w", w), ("k", k), ("stride", stride)))
+
+
+def _batch_norm(path: str, layer: BatchNorm, shape: tuple, n: int) -> Iterator[LayerOp]:
+    c, h, w = shape
+    yield LayerOp(path, "batch_norm", (("n", n), ("c", c), ("h", h), ("w", w)))
+    yield from _act(path, layer.activation, n, c * h * w)
+
+
+def _flatten(path: str, layer: Flatten, shape: tuple, n: int) -> Iterator[LayerOp]:
+    c, h, w = shape
+    yield LayerOp(path, "flatten", (("n", n), ("c", c), ("h", h), ("w", w)))
+
+
+def _lstm(path: str, layer: LSTM, shape: tuple, n: int) -> Iterator[LayerOp]:
+    """Each time step: two products into the four gates, their activations."""
+    steps, features, units = shape[0], shape[1], layer.units
+    yield LayerOp(path, "gemm", (("m", n), ("k", features), ("n", 4 * units)), steps)
+    yield LayerOp(path, "gemm", (("m", n), ("k", units), ("n", 4 * units)), steps)
+    yield from _act(path, "sigmoid", n, 3 * units, steps)
+    yield from _act(path, "tanh", n, units, 2 * steps)
+
+
+# Each layer kind's operators of the suite: (path, layer, input shape, batch) -> LayerOps (a residual
+# block's are its layers', which walk() visits; its addition is NOT_IN_SUITE)
+LAYERS = {
+    Conv2D: _conv,
+    Dense: _dense,
+    Pool2D: lambda path, layer, shape, n: _pool(path, shape, n, layer.kind, layer.size, layer.stride),
+    GlobalAvgPool: lambda path, layer, shape, n: _pool(path, shape, n, "avg", shape[1], shape[1]),
+    BatchNorm: _batch_norm,
+    Flatten: _flatten,
+    LSTM: _lstm,
+    Residual: lambda path, layer, shape, n: iter(()),
+}
+
+
 def layer_ops(model: ModelSpec, batch: int) -> list[LayerOp]:
     """The operators each layer of `model` runs at batch size `batch`, and the loss's softmax."""
-    out: list[LayerOp] = []
-    for path, layer, shape in walk(model.layers, model.input_shape):
-        n = batch
-        if isinstance(layer, Conv2D):
-            c, h, w = shape
-            p = {"n": n, "c": c, "h": h, "w": w, "o": layer.filters, "k": layer.kernel, "stride": layer.stride,
-                 "pad": layer.pad}
-            out.append(LayerOp(path, "conv2d", tuple(p.items())))
-            out += _act(path, layer.activation, n, math.prod(output_shape(layer, shape)))
-        elif isinstance(layer, Dense):
-            out.append(LayerOp(path, "gemm", (("m", n), ("k", shape[0]), ("n", layer.units))))
-            out += _act(path, layer.activation, n, layer.units)
-        elif isinstance(layer, (Pool2D, GlobalAvgPool)):
-            c, h, w = shape
-            kind, k, stride = ("avg", h, h) if isinstance(layer, GlobalAvgPool) else (layer.kind, layer.size,
-                                                                                        layer.stride)
-            out.append(LayerOp(path, f"{kind}pool2d", (("n", n), ("c", c), ("h", h), ("w", w), ("k", k),
-                                                         ("stride", stride))))
-        elif isinstance(layer, BatchNorm):
-            c, h, w = shape
-            out.append(LayerOp(path, "batch_norm", (("n", n), ("c", c), ("h", h), ("w", w))))
-            out += _act(path, layer.activation, n, c * h * w)
-        elif isinstance(layer, Flatten):
-            c, h, w = shape
-            out.append(LayerOp(path, "flatten", (("n", n), ("c", c), ("h", h), ("w", w))))
-        elif isinstance(layer, LSTM):  # each time step: two products into the four gates, their activations
-            steps, features, units = shape[0], shape[1], layer.units
-            out.append(LayerOp(path, "gemm", (("m", n), ("k", features), ("n", 4 * units)), steps))
-            out.append(LayerOp(path, "gemm", (("m", n), ("k", units), ("n", 4 * units)), steps))
-            out += _act(path, "sigmoid", n, 3 * units, steps)
-            out += _act(path, "tanh", n, units, 2 * steps)
+    out = [op for path, layer, shape in walk(model.layers, model.input_shape)
+           for op in LAYERS[type(layer)](path, layer, shape, batch)]
     out.append(LayerOp("loss", "softmax", (("n", batch), ("d", model.classes))))
     return out
 

@@ -17,22 +17,38 @@ from __future__ import annotations
 
 import math
 
-from opbench.workloads.models.spec import LSTM, Conv2D, Dense, ModelSpec, output_shape, walk
+from opbench.workloads.models import spec
+from opbench.workloads.models.spec import Layer, ModelSpec, output_shape, walk
 
 FLOPS_PER_MAC = 2
+
+
+def _lstm(layer: spec.LSTM, shape: tuple) -> int:
+    steps, features = shape
+    return 4 * layer.units * (steps * features + (steps - 1) * layer.units)
+
+
+def _none(layer: Layer, shape: tuple) -> int:
+    return 0
+
+
+# Each layer kind's least multiply-adds per example in one forward pass, from its input shape (a
+# residual block's are its layers', which walk() visits)
+LEAST_MACS = {
+    spec.Dense: lambda layer, shape: math.prod(shape) * layer.units,
+    spec.Conv2D: lambda layer, shape: math.prod(output_shape(layer, shape)) * shape[0],
+    spec.LSTM: _lstm,
+    spec.BatchNorm: _none,
+    spec.Pool2D: _none,
+    spec.GlobalAvgPool: _none,
+    spec.Flatten: _none,
+    spec.Residual: _none,
+}
 
 
 def least_flops(model: ModelSpec, batch: int, direction: str) -> float:
     """The FLOPs no correct `direction` ("inference" or "training") call of `model` at `batch`
     can do without."""
-    forward = 0
-    for _, layer, shape in walk(model.layers, model.input_shape):
-        if isinstance(layer, Dense):
-            forward += math.prod(shape) * layer.units
-        elif isinstance(layer, Conv2D):
-            forward += math.prod(output_shape(layer, shape)) * shape[0]
-        elif isinstance(layer, LSTM):
-            steps, features = shape
-            forward += 4 * layer.units * (steps * features + (steps - 1) * layer.units)
+    forward = sum(LEAST_MACS[type(layer)](layer, shape) for _, layer, shape in walk(model.layers, model.input_shape))
     macs = batch * forward
     return float(FLOPS_PER_MAC * macs * (1 if direction == "inference" else 2))

@@ -116,6 +116,18 @@ class NativeModel(abc.ABC):
         return None
 
 
+def first_holds_parameters(build: Callable[..., list]) -> Callable[..., list]:
+    """A builder's entry in a framework's layer table (LAYERS) for a kind built as a list of native
+    layers, the first of which holds its parameters: `build(layer, where, *rest)` makes the list,
+    and the entry `(layer, where, path, leaves, *rest)` records that first layer in `leaves` under the
+    layer's path (`where`: the input shape or data format the framework builds from)."""
+    def entry(layer, where, path: str, leaves: dict, *rest) -> list:
+        built = build(layer, where, *rest)
+        leaves[path] = built[0]
+        return built
+    return entry
+
+
 def batch_norm_slots(path: str, handles: tuple) -> Iterator[Slot]:
     """A batch norm's four arrays, (gamma, beta, running mean, running variance), as every
     framework stores them: per channel, no layout to map."""
@@ -123,26 +135,56 @@ def batch_norm_slots(path: str, handles: tuple) -> Iterator[Slot]:
         yield Slot(f"{path}.{name}", (handle,))
 
 
+def slots_from(table: dict, where: str, spec: ModelSpec, handles: Callable[[str], Any]) -> Iterator[Slot]:
+    """Every parameter's slot, by its layer kind's entry in a framework's `table`: `(path, layer,
+    handles(path))` -> its Slots. A kind with parameters and no entry is an error naming the table
+    (`where`)."""
+    for path, layer, shape in walk(spec.layers, spec.input_shape):
+        if not layer.parameters(shape):
+            continue
+        try:
+            rule = table[type(layer)]
+        except KeyError:
+            raise TypeError(f"no slots for {type(layer).__name__} ({where})") from None
+        yield from rule(path, layer, handles(path))
+
+
+def _out_in_dense(path: str, layer: Dense, handles: tuple) -> Iterator[Slot]:
+    weight, bias = handles
+    yield Slot(f"{path}.W", (weight,), np.transpose, np.transpose)
+    yield Slot(f"{path}.b", (bias,))
+
+
+def _out_in_conv(path: str, layer: Conv2D, handles: tuple) -> Iterator[Slot]:
+    weight, bias = handles
+    yield Slot(f"{path}.W", (weight,))
+    if layer.bias:
+        yield Slot(f"{path}.b", (bias,))
+
+
+def _out_in_lstm(path: str, layer: LSTM, handles: tuple) -> Iterator[Slot]:
+    wx, wh, b_in, b_hidden = handles
+    yield Slot(f"{path}.Wx", (wx,), np.transpose, np.transpose)
+    yield Slot(f"{path}.Wh", (wh,), np.transpose, np.transpose)
+    yield Slot(f"{path}.b", (b_in, b_hidden))
+
+
+# Where PyTorch and MXNet keep each parameterised layer kind's parameters: dense weights (out, in),
+# kernels OIHW, LSTM weights (4H, in) with two biases. Handles: (weight, bias); for an LSTM (input
+# weight, hidden weight, input bias, hidden bias); for a batch norm (gamma, beta, running mean, running
+# variance)
+OUT_IN_SLOTS = {
+    Dense: _out_in_dense,
+    Conv2D: _out_in_conv,
+    BatchNorm: lambda path, layer, handles: batch_norm_slots(path, handles),
+    LSTM: _out_in_lstm,
+}
+
+
 def out_in_slots(spec: ModelSpec, handles: Callable[[str], tuple]) -> Iterator[Slot]:
-    """Slots for frameworks that store dense weights as (out, in), kernels as OIHW and LSTM weights
-    as (4H, in) with two biases (PyTorch, MXNet). `handles(path)` gives a layer's native arrays:
-    (weight, bias), for an LSTM (input weight, hidden weight, input bias, hidden bias), for a
-    batch norm (gamma, beta, running mean, running variance)."""
-    t = np.transpose
-    for path, layer, _ in walk(spec.layers, spec.input_shape):
-        if isinstance(layer, (Dense, Conv2D)):
-            weight, bias = handles(path)
-            dense = isinstance(layer, Dense)
-            yield Slot(f"{path}.W", (weight,), t if dense else None, t if dense else None)
-            if dense or layer.bias:
-                yield Slot(f"{path}.b", (bias,))
-        elif isinstance(layer, BatchNorm):
-            yield from batch_norm_slots(path, handles(path))
-        elif isinstance(layer, LSTM):
-            wx, wh, b_in, b_hidden = handles(path)
-            yield Slot(f"{path}.Wx", (wx,), t, t)
-            yield Slot(f"{path}.Wh", (wh,), t, t)
-            yield Slot(f"{path}.b", (b_in, b_hidden))
+    """Slots for frameworks that store parameters as OUT_IN_SLOTS says (PyTorch, MXNet);
+    `handles(path)` gives a layer's native arrays."""
+    return slots_from(OUT_IN_SLOTS, "workloads/models/native.OUT_IN_SLOTS", spec, handles)
 
 
 def nhwc_dense_rows(w: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:

@@ -12,6 +12,9 @@ Canonical parameter layouts (what `init_params` makes and every builder maps fro
 
 Parameter names are the layer's path: "3.W" for top-level layer 3, "3.0.W" for layer 0 of
 residual block 3's body, "3.s0.W" for layer 0 of its shortcut.
+
+Each layer kind carries its own shape rules: `output(shape)`, the shape (without the batch) it makes
+from its input's, and `parameters(shape)`, its parameters' names and shapes in the layouts above.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ class Dense:
     units: int
     activation: str | None = None
 
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (self.units,)
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        return {"W": (int(np.prod(shape)), self.units), "b": (self.units,)}
+
 
 @dataclass(frozen=True)
 class Conv2D:
@@ -39,6 +48,13 @@ class Conv2D:
     activation: str | None = None
     bias: bool = True  # False before a batch norm, whose beta makes a bias redundant (its gradient is 0)
 
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (self.filters, *(out_size(s, self.kernel, self.stride, self.pad) for s in shape[1:]))
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        weights = {"W": (self.filters, shape[0], self.kernel, self.kernel)}
+        return {**weights, "b": (self.filters,)} if self.bias else weights
+
 
 @dataclass(frozen=True)
 class Pool2D:
@@ -46,10 +62,20 @@ class Pool2D:
     size: int
     stride: int
 
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (shape[0], *(out_size(s, self.size, self.stride, 0) for s in shape[1:]))
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        return {}
+
 
 @dataclass(frozen=True)
 class Flatten:
-    pass
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (int(np.prod(shape)),)
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        return {}
 
 
 @dataclass(frozen=True)
@@ -57,6 +83,13 @@ class LSTM:
     """One LSTM layer over (N, T, F) input; passes on the last hidden state (N, units)."""
 
     units: int
+
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (self.units,)
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        h = self.units
+        return {"Wx": (shape[-1], 4 * h), "Wh": (h, 4 * h), "b": (4 * h,)}
 
 
 @dataclass(frozen=True)
@@ -73,10 +106,22 @@ class BatchNorm:
     activation: str | None = None
     frozen: bool = False
 
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        return dict.fromkeys(("gamma", "beta", "mean", "var"), shape[:1])
+
 
 @dataclass(frozen=True)
 class GlobalAvgPool:
     """(C, H, W) -> (C,): the mean over space."""
+
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape[:1]
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        return {}
 
 
 @dataclass(frozen=True)
@@ -88,6 +133,14 @@ class Residual:
     body: tuple
     shortcut: tuple | None = ()
     activation: str | None = "relu"
+
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        for inner in self.body:
+            shape = output_shape(inner, shape)
+        return shape
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        return {}  # its body's and shortcut's, under their own paths (walk)
 
 
 Layer = Dense | Conv2D | Pool2D | Flatten | LSTM | BatchNorm | GlobalAvgPool | Residual
@@ -132,22 +185,9 @@ class ModelSpec:
 
 def output_shape(layer: Layer, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape (without batch) that `layer` produces from `shape`."""
-    if isinstance(layer, Residual):
-        for inner in layer.body:
-            shape = output_shape(inner, shape)
-    elif isinstance(layer, (Conv2D, Pool2D)):
-        conv = isinstance(layer, Conv2D)
-        k, pad = (layer.kernel, layer.pad) if conv else (layer.size, 0)
-        shape = (layer.filters if conv else shape[0], *(out_size(s, k, layer.stride, pad) for s in shape[1:]))
-    elif isinstance(layer, (Dense, LSTM)):
-        shape = (layer.units,)
-    elif isinstance(layer, Flatten):
-        shape = (int(np.prod(shape)),)
-    elif isinstance(layer, GlobalAvgPool):
-        shape = shape[:1]
-    elif not isinstance(layer, BatchNorm):
+    if type(layer) not in Layer.__args__:
         raise TypeError(f"unknown layer {layer!r}")
-    return shape
+    return tuple(layer.output(tuple(shape)))
 
 
 def layer_inputs(model: ModelSpec) -> list[tuple[int, ...]]:  # top-level layers only
@@ -190,18 +230,7 @@ def param_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
     """Canonical parameter names and shapes, e.g. {"0.W": (784, 128), "0.b": (128,), ...}."""
     shapes: dict[str, tuple[int, ...]] = {}
     for path, layer, shape in walk(model.layers, model.input_shape):
-        if isinstance(layer, Dense):
-            shapes[f"{path}.W"], shapes[f"{path}.b"] = (int(np.prod(shape)), layer.units), (layer.units,)
-        elif isinstance(layer, Conv2D):
-            shapes[f"{path}.W"] = (layer.filters, shape[0], layer.kernel, layer.kernel)
-            if layer.bias:
-                shapes[f"{path}.b"] = (layer.filters,)
-        elif isinstance(layer, BatchNorm):
-            for name in ("gamma", "beta", "mean", "var"):
-                shapes[f"{path}.{name}"] = shape[:1]
-        elif isinstance(layer, LSTM):
-            h = layer.units
-            shapes[f"{path}.Wx"], shapes[f"{path}.Wh"], shapes[f"{path}.b"] = (shape[-1], 4 * h), (h, 4 * h), (4 * h,)
+        shapes.update({f"{path}.{name}": rule for name, rule in layer.parameters(shape).items()})
     return shapes
 
 
