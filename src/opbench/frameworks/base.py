@@ -8,6 +8,7 @@ arrays between NumPy and its device. Its module is the only one that imports its
 from __future__ import annotations
 
 import abc
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -167,12 +168,17 @@ class Backend(abc.ABC):
         """A NativeModel (opbench.workloads.models.native) of `model` with `params`, for `mode` on `device`."""
         raise Unavailable(f"{self.name} builds no models")
 
-    profiler_name = ""  # the profiler profile() runs, as its framework names it
+    profiler_name = ""  # the profiler profile() runs, as its framework names it; "" for none
 
     def profile(self, call: Call, steps: int, folder: str) -> Any:
         """Run `call` `steps` times under the framework's own profiler, each step annotated, and
-        return what it recorded as an opbench.frameworks.profiling.Trace (`folder`: its files)."""
-        raise Unavailable(f"{self.name} has no profiler opbench can read")
+        return what it recorded as an opbench.frameworks.profiling.Trace (`folder`: its files):
+        the `record` of the module `profile` beside the backend's own, in the framework's folder,
+        imported only here (a profiler is a study aid, never loaded for a timed run)."""
+        if not self.profiler_name:
+            raise Unavailable(f"{self.name} has no profiler opbench can read")
+        folder_of = type(self).__module__.rpartition(".")[0]
+        return importlib.import_module(f"{folder_of}.profile").record(call, steps, folder)
 
     def info(self) -> dict[str, Any]:
         """Build facts for machine_info: version and whatever decides its speed."""

@@ -146,11 +146,6 @@ class JaxBackend(Backend):
 
     profiler_name = "jax.profiler"
 
-    def profile(self, call, steps, folder):
-        from opbench.frameworks.jax.profile import record
-
-        return record(call, steps, folder)
-
     def info(self) -> dict[str, Any]:
         import jaxlib
 

@@ -142,11 +142,6 @@ class MxnetBackend(Backend):
 
     profiler_name = "mx.profiler"
 
-    def profile(self, call, steps, folder):
-        from opbench.frameworks.mxnet.profile import record
-
-        return record(call, steps, folder)
-
     def info(self) -> dict[str, Any]:
         features = mx.runtime.Features()
         return {"version": mx.__version__, "features": sorted(f.name for f in features.values() if f.enabled)}

@@ -147,11 +147,6 @@ class TensorflowBackend(Backend):
 
     profiler_name = "tf.profiler"
 
-    def profile(self, call, steps, folder):
-        from opbench.frameworks.tensorflow.profile import record
-
-        return record(call, steps, folder)
-
     def info(self) -> dict[str, Any]:
         build = tf.sysconfig.get_build_info()
         return {

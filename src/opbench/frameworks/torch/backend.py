@@ -129,11 +129,6 @@ class TorchBackend(Backend):
 
     profiler_name = "torch.profiler"
 
-    def profile(self, call, steps, folder):
-        from opbench.frameworks.torch.profile import record
-
-        return record(call, steps, folder)
-
     def info(self) -> dict[str, Any]:
         info = {
             "version": torch.__version__,
