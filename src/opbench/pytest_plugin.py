@@ -21,11 +21,11 @@ from opbench.harness import config as cfg
 from opbench.harness.config import ConfigError, Settings
 from opbench.harness.known_issues import held_to
 from opbench.harness.session import Session
-from opbench.suites.distributed.cases import DistCase, dist_cases
+from opbench.suites import registry
+from opbench.suites.distributed.cases import DistCase
 from opbench.suites.distributed.engines import ENGINES
 from opbench.suites.distributed.group import DistributedError
 from opbench.suites.distributed.link import LinkError
-from opbench.suites.ops import generate
 from opbench.workloads import ops
 from opbench.workloads.models import catalogue
 
@@ -120,7 +120,7 @@ def marker_names() -> dict[str, str]:
     names |= {r: f"{r}hronous parameter updates" for e in ENGINES.values() for r in e.rules}
     names |= {"strong": "strong scaling: the global batch stays as workers grow",
               "weak": "weak scaling: each worker's batch stays as workers grow"}
-    names |= {f"{generate.MARKER}(op, direction)": "binds an op_case benchmark to an operator and direction"}
+    names |= {f"{registry.MARKER}(op, direction)": "binds an op_case benchmark to an operator and direction"}
     return names
 
 
@@ -235,96 +235,29 @@ def _warmup_on_by_default(config: pytest.Config) -> None:
         config.stash[STATE].warmup_by_opbench = True
 
 
-def op_cases(settings: Settings, name: str, direction: str) -> list[Case]:
-    """Every case of operator `name` the settings select."""
-    spec = ops.get(name)
-    cases = []
-    for framework in settings.frameworks:
-        if framework not in frameworks.taking_part("ops"):
-            continue
-        for mode in settings.framework_modes(framework):
-            if spec.creation and mode != "eager":
-                continue
-            for device in settings.devices:
-                for dtype in settings.dtypes:
-                    for p in spec.shapes[settings.profile]:
-                        cases.append(Case.operator(spec, direction, framework, device, mode, dtype, p))
-    return cases
-
-
-def model_batches(model, profile: str, direction: str) -> tuple[int, ...]:
-    """The model's batch for the profile; inference also at batch 1, the latency a server answering
-    one request at a time sees, beside the throughput of the larger batch."""
-    batch = model.batch[profile]
-    return tuple(sorted({1, batch})) if direction == "inference" else (batch,)
-
-
-def model_cases(settings: Settings, direction: str, models: tuple[str, ...] | None = None) -> list[Case]:
-    """Every model case the settings select for `direction` ("training" or "inference"), of the
-    `models` named (opbench's own catalogue by default)."""
-    cases = []
-    for name in catalogue.builtin() if models is None else models:
-        model = catalogue.get(name)
-        for batch in model_batches(model, settings.profile, direction):
-            for framework in settings.frameworks:
-                if framework not in frameworks.taking_part("models"):  # NumPy is the models' reference
-                    continue
-                for mode in settings.framework_modes(framework):
-                    for device in settings.devices:
-                        for precision in settings.precisions:
-                            cases.append(Case.model(name, direction, framework, batch, device, mode, precision))
-    return cases
-
-
 def as_params(cases: list[Case]) -> list:
     return [pytest.param(c, id=c.id, marks=[getattr(pytest.mark, m) for m in c.markers]) for c in cases]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "op_case" in metafunc.fixturenames:
+    """Each benchmark that asks for a suite's fixture (opbench.suites.registry) gets the cases the
+    suite lists for it; a benchmark the suite cannot list (an unknown operator or model, a wrong
+    binding) is a usage error that names it."""
+    for suite in registry.SUITES:
+        if suite.fixture not in metafunc.fixturenames:
+            continue
         state = metafunc.config.stash[STATE]
+        request = registry.Request(metafunc.function.__name__, metafunc.definition.get_closest_marker(registry.MARKER),
+                                   state.settings, state.workload_models)
         try:
-            name, direction = generate.binding(metafunc.definition.get_closest_marker(generate.MARKER))
+            listed = suite.cases(request)
         except KeyError as exc:
             raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
-        _declare_markers(metafunc.config, (name,), "operator")
-        _declare_markers(metafunc.config, (ops.get(name).family,), "operator family")
-        metafunc.parametrize("op_case", as_params(op_cases(state.settings, name, direction)), indirect=True)
-    if "model_case" in metafunc.fixturenames:
-        state = metafunc.config.stash[STATE]
-        marker = metafunc.definition.get_closest_marker(generate.MARKER)
-        direction = (marker.kwargs.get("direction") if marker is not None else None) or \
-            metafunc.function.__name__.removeprefix("test_")
-        if direction not in ("training", "inference"):
-            raise pytest.UsageError(f"{metafunc.function.__name__}: model tests are test_training or test_inference "
-                                    "(or bound with @pytest.mark.opbench(model=..., direction=...))")
-        try:
-            models = generate.bound_models(marker)
-        except KeyError as exc:
-            raise pytest.UsageError(f"{metafunc.function.__name__}: {exc.args[0]}") from None
-        if models is None:  # not bound to a model: the catalogue's own and those of --workloads
-            models = (*catalogue.builtin(), *state.workload_models)
-        _declare_markers(metafunc.config, models, "model")
-        metafunc.parametrize("model_case", as_params(model_cases(state.settings, direction, models)), indirect=True)
-    if "fw" in metafunc.fixturenames:
-        from opbench.suites.functions import function_cases
-
-        state = metafunc.config.stash[STATE]
-        name = metafunc.function.__name__.removeprefix("test_")
-        _declare_markers(metafunc.config, (name,), "your own function")
-        metafunc.parametrize("fw", as_params(function_cases(state.settings, name)), indirect=True)
-    if "convergence_case" in metafunc.fixturenames:
-        from opbench.suites.convergence import training
-
-        state = metafunc.config.stash[STATE]
-        metafunc.parametrize("convergence_case", as_params(training.cases(state.settings)), indirect=True)
-    if "dist_case" in metafunc.fixturenames:
-        state = metafunc.config.stash[STATE]
-        try:
-            cases = dist_cases(state.settings)
         except ConfigError as exc:  # OPBENCH_DIST_NODES
             raise pytest.UsageError(str(exc)) from None
-        metafunc.parametrize("dist_case", as_params(cases), indirect=True)
+        for names, what in listed.markers:
+            _declare_markers(metafunc.config, names, what)
+        metafunc.parametrize(suite.fixture, as_params(listed.cases), indirect=True)
 
 
 def _declare_markers(config: pytest.Config, names, what: str) -> None:
@@ -413,9 +346,6 @@ def fw(request: pytest.FixtureRequest):
     return Runner(case, backend, request.config.stash[STATE])
 
 
-FIXTURES = ("op_case", "model_case", "convergence_case", "dist_case", "fw")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A benchmark the options leave no case for (a creation operator under --mode xla: creation
     runs eager only) is not generated: pytest's placeholder item for an empty parametrisation
@@ -435,13 +365,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _without_case(item: pytest.Item) -> bool:
     """An opbench benchmark whose parametrisation was empty: its fixture's value is no case."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return any(f in params and not isinstance(params[f], (Case, DistCase)) for f in FIXTURES)
+    return any(f in params and not isinstance(params[f], (Case, DistCase)) for f in registry.FIXTURES)
 
 
 def case_of(item: pytest.Item):
     """The opbench case a collected test item runs, or None for another suite's test."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return next((params[f] for f in FIXTURES if f in params), None)
+    return next((params[f] for f in registry.FIXTURES if f in params), None)
 
 
 def unavailable(case) -> str | None:

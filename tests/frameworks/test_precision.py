@@ -12,8 +12,8 @@ import pytest
 from opbench import frameworks as backends
 from opbench.core.case import Case
 from opbench.harness.config import ConfigError, Settings, resolve
-from opbench.pytest_plugin import model_cases
 from opbench.suites import prepared as shared
+from opbench.suites.models.cases import model_cases
 from opbench.suites.models.equivalence import CorrectnessError, check_low_precision, prepare_model
 from opbench.workloads.models import catalogue, datasets, precision, reference
 from opbench.workloads.models.spec import init_params

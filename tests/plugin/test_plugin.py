@@ -257,7 +257,7 @@ def test_a_selection_that_leaves_nothing_says_why(suite, args, line):
 
 def test_inference_runs_at_batch_1_beside_the_models_batch_and_training_at_its_batch_only():
     from opbench.harness.config import Settings
-    from opbench.pytest_plugin import model_cases
+    from opbench.suites.models.cases import model_cases
 
     settings = Settings(frameworks=("torch",), modes=("eager",))
     inference = [c.id for c in model_cases(settings, "inference") if c.name == "mlp"]

@@ -20,6 +20,7 @@ from typing import Any
 from opbench.core.errors import one_line
 from opbench.core.processes import reply_stream, serve
 from opbench.harness import timing
+from opbench.suites import registry
 
 
 def steal_ticks() -> int:
@@ -42,7 +43,7 @@ class Collector:
         self.state = session.config.stash.get(STATE, None)
         for item in session.items:
             params = getattr(getattr(item, "callspec", None), "params", {})
-            case = params.get("op_case") or params.get("model_case")
+            case = next((params[f] for f in registry.PAIRED if f in params), None)
             if case is not None:
                 self.items[item.nodeid] = (item.name, case)
 

@@ -21,6 +21,7 @@ from opbench.frameworks.base import Backend, Unavailable
 from opbench.harness.session import Session
 from opbench.suites import measure as measuring
 from opbench.suites.prepared import CorrectnessError, Prepared, compare
+from opbench.suites.registry import Listing
 from opbench.workloads import ops
 
 
@@ -34,6 +35,12 @@ def function_cases(settings, name: str) -> list[Case]:
             for mode in settings.framework_modes(framework)
             for device in settings.devices
             for dtype in settings.dtypes]
+
+
+def listing(request) -> Listing:
+    """The cases of a test that asks for `fw` (the row of opbench.suites.registry): its name's."""
+    name = request.function.removeprefix("test_")
+    return Listing(function_cases(request.settings, name), (((name,), "your own function"),))
 
 
 Results = Any  # a framework tensor, or a tuple or list of them

@@ -31,6 +31,7 @@ from opbench.core.case import Case
 from opbench.frameworks.base import Backend, Unavailable
 from opbench.suites.models.equivalence import LOSS_RTOL, SLACK, check_logits, scalar
 from opbench.suites.prepared import CorrectnessError
+from opbench.suites.registry import Listing
 from opbench.workloads.models import catalogue, datasets, reference
 from opbench.workloads.models.spec import ModelSpec, init_params
 
@@ -299,6 +300,11 @@ def cases(settings) -> list[Case]:
                 for device in settings.devices:
                     out.append(Case.model(name, "convergence", framework, BATCH, device, mode, epochs=epochs))
     return out
+
+
+def listing(request) -> Listing:
+    """The convergence benchmark's cases (the suite's row in opbench.suites.registry)."""
+    return Listing(cases(request.settings))
 
 
 def measure(benchmark, bound) -> None:

@@ -8,6 +8,7 @@ from opbench import frameworks
 from opbench.core import schema
 from opbench.harness.config import Settings
 from opbench.suites.distributed.engines import ENGINES, nodes_from_env
+from opbench.suites.registry import Listing
 from opbench.workloads.models import catalogue
 
 MODELS = ("mlp", "lenet", "vgg10", "lstm")
@@ -90,3 +91,9 @@ def dist_cases(settings: Settings) -> list[DistCase]:
                             cases.append(DistCase(engine.framework, device, engine.name, rule, w, "float32", name,
                                                   batch, scaling, nodes))
     return cases
+
+
+def listing(request) -> Listing:
+    """The distributed benchmark's cases (the suite's row in opbench.suites.registry); ConfigError
+    where OPBENCH_DIST_NODES is malformed."""
+    return Listing(dist_cases(request.settings))

@@ -12,10 +12,12 @@ from collections.abc import Callable
 
 import pytest
 
+from opbench.core.case import Case
 from opbench.core.schema import OP_DIRECTIONS
+from opbench.suites.registry import MARKER, Listing, Request
 from opbench.workloads import ops
 
-MARKER = "opbench"  # @pytest.mark.opbench(op="gemm", direction="backward")
+__all__ = ["MARKER", "benchmarks_of", "binding", "listing", "op_cases", "operator_benchmarks"]
 
 
 def directions(spec: ops.OpSpec) -> tuple[str, ...]:
@@ -53,20 +55,6 @@ def _benchmark(op: str, direction: str, name: str) -> Callable:
     return getattr(pytest.mark, MARKER)(op=op, direction=direction)(benchmark_test)
 
 
-def bound_models(marker: pytest.Mark | None) -> tuple[str, ...] | None:
-    """The models a model benchmark is bound to by its opbench marker (model="name", or a tuple of
-    names); None, the catalogue's own, without one. KeyError names an unknown model."""
-    from opbench.workloads.models import catalogue
-
-    named = None if marker is None else marker.kwargs.get("model")
-    if named is None:
-        return None
-    names = (named,) if isinstance(named, str) else tuple(named)
-    for name in names:
-        catalogue.get(name)  # KeyError lists the valid names
-    return names
-
-
 def binding(marker: pytest.Mark | None) -> tuple[str, str]:
     """(operator, direction) from a benchmark's opbench marker; KeyError says what is wrong."""
     if marker is None:
@@ -76,3 +64,30 @@ def binding(marker: pytest.Mark | None) -> tuple[str, str]:
     if direction not in directions(spec):
         raise KeyError(f"operator {op!r} has no {direction!r} benchmark; its directions: {', '.join(directions(spec))}")
     return op, direction
+
+
+def op_cases(settings, name: str, direction: str) -> list[Case]:
+    """Every case of operator `name` the settings select."""
+    from opbench import frameworks
+
+    spec = ops.get(name)
+    cases = []
+    for framework in settings.frameworks:
+        if framework not in frameworks.taking_part("ops"):
+            continue
+        for mode in settings.framework_modes(framework):
+            if spec.creation and mode != "eager":
+                continue
+            for device in settings.devices:
+                for dtype in settings.dtypes:
+                    for p in spec.shapes[settings.profile]:
+                        cases.append(Case.operator(spec, direction, framework, device, mode, dtype, p))
+    return cases
+
+
+def listing(request: Request) -> Listing:
+    """The cases of an operator benchmark (the suite's row in opbench.suites.registry): its
+    operator's and direction's, bound by its opbench marker."""
+    name, direction = binding(request.marker)
+    return Listing(op_cases(request.settings, name, direction),
+                   (((name,), "operator"), ((ops.get(name).family,), "operator family")))
