@@ -16,10 +16,9 @@ from opbench import frameworks
 from opbench.core.case import Case
 from opbench.core.errors import one_line
 from opbench.core.schema import DIRECTIONS
-from opbench.frameworks.base import Backend, NotCompiled, Unavailable
+from opbench.frameworks.base import Unavailable
 from opbench.harness import config as cfg
 from opbench.harness.config import ConfigError, Settings
-from opbench.harness.known_issues import held_to
 from opbench.harness.session import Session
 from opbench.suites import registry
 from opbench.suites.distributed.cases import DistCase
@@ -269,81 +268,18 @@ def _declare_markers(config: pytest.Config, names, what: str) -> None:
             config.addinivalue_line("markers", f"{name}: {what} {name} (declared through opbench.api)")
 
 
-@dataclass
-class Bound:
-    """A case with the backend that runs it and the session it runs in."""
+def _fixture(suite: registry.Suite):
+    """The pytest fixture of a suite's row: its binder given the item's case, the request and the
+    run's state."""
+    def fixture(request: pytest.FixtureRequest):
+        return suite.binds(request.param, request, request.config.stash[STATE])
 
-    case: Case
-    backend: Backend
-    state: State
-
-
-def _bind(request: pytest.FixtureRequest) -> Bound:
-    """The case of this test item with its backend: skipped with the reason when it cannot run
-    here, marked strict xfail when it meets a known framework bug."""
-    from opbench.suites import prepared
-    from opbench.suites.measure import admit
-
-    case: Case = request.param
-    admission = admit(case)
-    if admission.unavailable:
-        pytest.skip(admission.unavailable)
-    issue = admission.issue
-    if issue:
-        # an entry with a regime is met only by a result off inside it (KnownDeviation): one off
-        # elsewhere or further fails; strict where the entry was seen, an XPASS said elsewhere
-        version = admission.backend.version()
-        raises = NotCompiled if issue.not_compiled else prepared.KnownDeviation if issue.regime else \
-            prepared.CorrectnessError
-        request.node.add_marker(pytest.mark.xfail(reason=held_to(issue, case.framework, version), raises=raises,
-                                                  strict=issue.seen(version)))
-    return Bound(case, admission.backend, request.config.stash[STATE])
+    fixture.__doc__ = suite.doc
+    return pytest.fixture(name=suite.fixture)(fixture)
 
 
-@pytest.fixture
-def op_case(request: pytest.FixtureRequest) -> Bound:
-    """The operator case of this test item."""
-    return _bind(request)
-
-
-@pytest.fixture
-def model_case(request: pytest.FixtureRequest) -> Bound:
-    """The end-to-end model case of this test item."""
-    return _bind(request)
-
-
-@pytest.fixture
-def convergence_case(request: pytest.FixtureRequest) -> Bound:
-    """The convergence case of this test item: a whole training run on real data."""
-    return _bind(request)
-
-
-@pytest.fixture
-def dist_case(request: pytest.FixtureRequest) -> Bound:
-    """The distributed case of this test item (its workers start in the benchmark, not here)."""
-    from opbench.suites import prepared
-
-    case = request.param
-    try:
-        backend = prepared.require_framework(case.framework, case.device)
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-    return Bound(case, backend, request.config.stash[STATE])
-
-
-@pytest.fixture
-def fw(request: pytest.FixtureRequest):
-    """One framework in one mode, on one device and dtype, for a test of the user's own code
-    (opbench.suites.functions.Runner): skipped with the reason where it cannot run here."""
-    from opbench.suites.functions import Runner
-    from opbench.suites.prepared import require
-
-    case = request.param
-    try:
-        backend = require(case)
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-    return Runner(case, backend, request.config.stash[STATE])
+for _suite in registry.SUITES:  # pytest finds a plugin's fixtures among its module's names
+    globals()[f"_{_suite.fixture}_fixture"] = _fixture(_suite)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

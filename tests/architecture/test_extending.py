@@ -1,6 +1,6 @@
 """The steps docs/contributing/extending.md gives, each taken for real on a toy: a framework kept in
-a folder of its own, a forward-only inference engine, and an operator added to an existing family.
-Each is collected and run by pytest through the suite's own preparation and check."""
+a folder of its own, a forward-only inference engine, an operator added to an existing family, and
+a suite. Each is collected and run by pytest through the suite's own preparation and check."""
 
 from __future__ import annotations
 
@@ -177,7 +177,56 @@ def test_an_operator_is_its_spec_and_one_line_per_framework(tmp_path):
     assert len(touched) == 5
 
 
-@pytest.mark.parametrize("step", ["A framework", "A forward-only engine", "An operator"])
+TOY_SUITE = '''"""A toy suite: each selected framework's relu forward at the profile's first size, eager, on the
+CPU (docs/contributing/extending.md, "A suite")."""
+
+from opbench.core.case import Case
+from opbench.suites.registry import Listing
+from opbench.workloads import ops
+
+
+def listing(request):
+    spec = ops.get("relu")
+    size = spec.shapes[request.settings.profile][0]
+    return Listing([Case.operator(spec, "forward", framework, "cpu", "eager", "float32", size)
+                    for framework in request.settings.frameworks])
+'''
+
+TOY_BENCHMARK = '''from opbench.suites.measure import measure
+
+
+def test_toy(toy_case, benchmark):
+    measure(benchmark, toy_case)
+'''
+
+
+def test_a_suite_is_its_package_one_row_and_its_benchmarks(tmp_path):
+    """A suite: its package under suites/ with the listing of its cases, one row in
+    suites/registry.py naming its fixture and listing, and its benchmark file. The plugin makes the
+    fixture, parametrises the benchmark and runs the cases through the check and the timing."""
+    tree = tmp_path / "opbench"
+    for part in ("src", "benchmarks"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("conftest.py", "pyproject.toml"):
+        shutil.copy(ROOT / part, tree / part)
+    package = tree / "src/opbench/suites/toy"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A toy suite."""\n')
+    (package / "cases.py").write_text(TOY_SUITE)
+    registry = tree / "src/opbench/suites/registry.py"
+    text = registry.read_text()
+    assert text.count("\n)\nFIXTURES = ") == 1
+    row = '    Suite("toy_case", "A toy case.", "opbench.suites.toy.cases:listing"),\n'
+    registry.write_text(text.replace("\n)\nFIXTURES = ", f"\n{row})\nFIXTURES = "))
+    (tree / "benchmarks/toy").mkdir()
+    (tree / "benchmarks/toy/test_toy.py").write_text(TOY_BENCHMARK)
+    out = pytest_run(tree, "benchmarks/toy", "--framework", "numpy", "-vv", env={"PYTHONPATH": str(tree / "src")})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert re.search(r"\b1 passed\b", out.stdout), out.stdout[-2000:]
+    assert "test_toy[numpy-cpu-eager-float32-" in out.stdout, out.stdout[-2000:]
+
+
+@pytest.mark.parametrize("step", ["A framework", "A forward-only engine", "An operator", "A suite"])
 def test_extending_md_gives_each_step_this_file_takes(step):
     page = (ROOT / "docs/contributing/extending.md").read_text()
     assert f"## {step}" in page and "tests/architecture/test_extending.py" in page

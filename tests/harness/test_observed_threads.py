@@ -22,7 +22,8 @@ from opbench.harness.observed_threads import (
     observe,
     running_threads,
 )
-from opbench.pytest_plugin import Bound, State
+from opbench.pytest_plugin import State
+from opbench.suites.binding import Bound
 from opbench.suites.measure import ThreadMismatch, measure, observed_threads
 from tests.suites.test_measure import FakeBenchmark, gemm_case
 

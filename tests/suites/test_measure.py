@@ -13,8 +13,9 @@ from opbench import frameworks
 from opbench.core.case import Case
 from opbench.harness.config import Settings
 from opbench.harness.roofline import check
-from opbench.pytest_plugin import Bound, State
+from opbench.pytest_plugin import State
 from opbench.suites import prepared as shared
+from opbench.suites.binding import Bound
 from opbench.suites.measure import (
     CALIBRATION,
     Implausible,

@@ -158,3 +158,17 @@ class Runner:
         with measuring.recording(benchmark, case, measuring.describe(case, backend, ready, state)):
             measuring.time_and_check(benchmark, case, prepared, state)
         return result
+
+
+def bind(case: Case, request, state) -> Runner:
+    """The `fw` fixture's value (the suite's row in opbench.suites.registry): a Runner of the case's
+    framework, mode, device and dtype, or the test skipped with the reason it cannot run here."""
+    import pytest
+
+    from opbench.suites.prepared import require
+
+    try:
+        backend = require(case)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    return Runner(case, backend, state)

@@ -41,21 +41,36 @@ class Listing:
 @dataclass(frozen=True)
 class Suite:
     fixture: str  # the pytest fixture a benchmark of the suite asks for
-    listing: str  # "module:function": Request -> Listing; KeyError or ValueError says what is wrong
+    doc: str  # what the fixture gives, as `pytest --fixtures` shows it
+    listing: str  # "module:function": Request -> Listing; KeyError says what is wrong with a benchmark
+    binder: str = "opbench.suites.binding:bind"  # "module:function": (case, request, state) -> the value
     paired: bool = False  # the paired gate's worker times its cases
 
     def cases(self, request: Request) -> Listing:
-        module, _, name = self.listing.partition(":")
-        lister: Callable[[Request], Listing] = getattr(importlib.import_module(module), name)
+        lister: Callable[[Request], Listing] = _named(self.listing)
         return lister(request)
+
+    def binds(self, case, request, state) -> Any:
+        """The fixture's value for `case`, or the item skipped with the reason it cannot run here."""
+        return _named(self.binder)(case, request, state)
+
+
+def _named(path: str) -> Callable:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 SUITES = (
-    Suite("op_case", "opbench.suites.ops.generate:listing", paired=True),
-    Suite("model_case", "opbench.suites.models.cases:listing", paired=True),
-    Suite("fw", "opbench.suites.functions:listing"),
-    Suite("convergence_case", "opbench.suites.convergence.training:listing"),
-    Suite("dist_case", "opbench.suites.distributed.cases:listing"),
+    Suite("op_case", "The operator case of this test item.", "opbench.suites.ops.generate:listing", paired=True),
+    Suite("model_case", "The end-to-end model case of this test item.", "opbench.suites.models.cases:listing",
+          paired=True),
+    Suite("fw", "One framework in one mode, on one device and dtype, for a test of the user's own code "
+          "(opbench.suites.functions.Runner): skipped with the reason where it cannot run here.",
+          "opbench.suites.functions:listing", "opbench.suites.functions:bind"),
+    Suite("convergence_case", "The convergence case of this test item: a whole training run on real data.",
+          "opbench.suites.convergence.training:listing"),
+    Suite("dist_case", "The distributed case of this test item (its workers start in the benchmark, not here).",
+          "opbench.suites.distributed.cases:listing", "opbench.suites.binding:bind_framework"),
 )
 FIXTURES = tuple(suite.fixture for suite in SUITES)
 PAIRED = tuple(suite.fixture for suite in SUITES if suite.paired)
