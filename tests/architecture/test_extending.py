@@ -98,6 +98,16 @@ def pytest_run(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.Complet
                           text=True, timeout=900, check=False)
 
 
+def tree_copy(tmp_path: Path) -> Path:
+    """A copy of the project's sources, benchmarks and pytest configuration to change a step in."""
+    tree = tmp_path / "opbench"
+    for part in ("src", "benchmarks"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("conftest.py", "pyproject.toml"):
+        shutil.copy(ROOT / part, tree / part)
+    return tree
+
+
 def framework_folder(root: Path, name: str, source: str) -> Path:
     """Step 1 of a framework: its folder, with backend.py declaring it (and an empty __init__.py)."""
     folder = root / name
@@ -153,11 +163,7 @@ def test_an_operator_is_its_spec_and_one_line_per_framework(tmp_path):
     benchmark, its markers and its check come from the registry."""
     for name in SQUARE:
         load_or_skip(name)
-    tree = tmp_path / "opbench"
-    for part in ("src", "benchmarks"):
-        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
-    for part in ("conftest.py", "pyproject.toml"):
-        shutil.copy(ROOT / part, tree / part)
+    tree = tree_copy(tmp_path)
     spec = tree / "src/opbench/workloads/ops/activations.py"
     text = spec.read_text()
     entry = '    "relu": (lambda x: np.maximum(x, 0), lambda x, y: (x > 0).astype(x.dtype), 1),\n'
@@ -204,11 +210,7 @@ def test_a_suite_is_its_package_one_row_and_its_benchmarks(tmp_path):
     """A suite: its package under suites/ with the listing of its cases, one row in
     suites/registry.py naming its fixture and listing, and its benchmark file. The plugin makes the
     fixture, parametrises the benchmark and runs the cases through the check and the timing."""
-    tree = tmp_path / "opbench"
-    for part in ("src", "benchmarks"):
-        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
-    for part in ("conftest.py", "pyproject.toml"):
-        shutil.copy(ROOT / part, tree / part)
+    tree = tree_copy(tmp_path)
     package = tree / "src/opbench/suites/toy"
     package.mkdir()
     (package / "__init__.py").write_text('"""A toy suite."""\n')
