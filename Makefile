@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/pytest
 BENCH_ARGS ?=
-# The models' float32 emulations, kept between make's pytest processes (src/opbench/suites/models/reference_store.py):
+# The models' float32 emulations, kept between make's pytest processes (src/opbench/suites/reference_store.py):
 # a new clone starts with none, its first process makes them and the next ones read them.
 export OPBENCH_REFERENCE_CACHE ?= $(CURDIR)/.cache/references
 # torch.compile's kernels (gcc builds each C++ kernel inductor writes: about 4 minutes of a new clone's

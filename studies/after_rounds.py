@@ -4,7 +4,7 @@ A benchmark's timed rounds call the training step many times on batch 0, from wh
 left, and the reference does not follow them (Adam's moments would need every call's gradients).
 The check of one more call (equivalence.check_after_rounds) holds what it can derive at the weights
 the rounds left: the loss, the running statistics, SGD's whole update, and Adam's largest element
-move against equivalence.adam_bound. For each framework and model (quick batch, float32 and the
+move against model_check.adam_bound. For each framework and model (quick batch, float32 and the
 amp build where the framework has one), the script makes the checked calls, then ROUNDS more as a
 benchmark's rounds would, then the check, and prints the largest share of its allowance each part
 used (1 fails), the loss the rounds reached, and the seconds the check took (its reference passes).
@@ -20,6 +20,7 @@ import time
 
 from opbench import frameworks
 from opbench.core.case import Case
+from opbench.suites import model_check
 from opbench.suites import prepared as shared
 from opbench.suites.models import equivalence
 from opbench.suites.prepared import CorrectnessError
@@ -48,7 +49,7 @@ def study(framework: str, name: str, precision: str, rounds: int) -> None:
     seconds = time.perf_counter() - start
     shares = prepared.shares[before:]
     print(f"{framework:10s} {name:8s} {precision:7s} {model.optimizer.name:4s} loss after {rounds} rounds "
-          f"{equivalence.scalar(backend, loss):.3g}: largest share {max(shares, default=0.0):.3g} "
+          f"{model_check.scalar(backend, loss):.3g}: largest share {max(shares, default=0.0):.3g} "
           f"(loss {shares[0] if shares else 0.0:.3g}), check {seconds:.1f} s, {verdict}", flush=True)
 
 

@@ -16,28 +16,28 @@ from __future__ import annotations
 import sys
 import time
 
-from opbench.suites.models import equivalence
+from opbench.suites import model_check, model_reference
 from opbench.workloads.models import catalogue
 
 
-def emulate(name: str, draws: int) -> tuple[equivalence.Emulation, float]:
-    equivalence.DRAWS = draws
-    equivalence.emulated_errors.cache_clear()
+def emulate(name: str, draws: int) -> tuple[model_reference.Emulation, float]:
+    model_reference.DRAWS = draws
+    model_reference.emulated_errors.cache_clear()
     start = time.perf_counter()
     batch = catalogue.get(name).batch["quick"]
-    errors = equivalence.emulated_errors(name, batch, "", equivalence.SGD_STEPS, 1, False, "float32")
+    errors = model_reference.emulated_errors(name, batch, "", model_reference.SGD_STEPS, 1, False, "float32")
     return errors, time.perf_counter() - start
 
 
 def main(argv: list[str]) -> None:
-    draws = equivalence.DRAWS
+    draws = model_reference.DRAWS
     names = argv[:1] or ["mlp", "lenet", "vgg10", "vgg16", "resnet20", "lstm"]
     tensor = argv[1] if len(argv) > 1 else None
     for name in names:
         (one, t1), (many, tn) = emulate(name, 1), emulate(name, draws)
         pairs = [(i, k) for i, step in enumerate(one.updates) for k in step]
         ratio = max(many.updates[i][k] / max(one.updates[i][k], 1e-30) for i, k in pairs)
-        limits = [max(equivalence.update_limit(k, em.updates[i][k]) for i, k in pairs) for em in (one, many)]
+        limits = [max(model_check.update_limit(k, em.updates[i][k]) for i, k in pairs) for em in (one, many)]
         print(f"{name}: largest ratio {draws} draws / 1: {ratio:.1f}; largest allowance {limits[0]:.4f} -> "
               f"{limits[1]:.4f}; {t1:.1f} s -> {tn:.1f} s")
         if tensor:

@@ -10,10 +10,15 @@ own spread between its runs (max/min of its medians): a ratio outside that sprea
 order. The memory column is the case's peak_rss_bytes (the process's high-water mark over the
 case's timed rounds, reset before them where the kernel allows: opbench.harness.memory).
 
-    .venv/bin/python studies/isolation_order.py [--runs 2] [-m MARKERS] [pytest args]
+    .venv/bin/python studies/isolation_order.py [--runs 2] [--path benchmarks/e2e] [-m MARKERS]
+        [--out FILE] [pytest args]
 
-Defaults: 2 runs, -m "resnet20 and training and not amp" (each framework's ResNet-20 training step
-in its plain and compiled modes; about 25 minutes on 2 cores). Prints a Markdown table.
+Defaults: 2 runs, benchmarks/e2e, -m "resnet20 and training and not amp" (each framework's
+ResNet-20 training step in its plain and compiled modes; about 25 minutes on 2 cores). Every way's
+figures are printed as it ends and appended to --out (JSON lines), so an interrupted study keeps
+what it measured; the Markdown table follows the last run. The processes share one folder of kept
+emulations (OPBENCH_REFERENCE_CACHE, as make sets): the check's references are made once, never
+in a timed round.
 """
 
 from __future__ import annotations
@@ -21,19 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WAYS = ("alone", "mixed", "isolated")
 
 
-def pytest(args: list[str], out: Path) -> dict[str, tuple[float, float]]:
-    """One pytest run of benchmarks/e2e saving `out`: each benchmark's (median s, peak RSS bytes)."""
-    cmd = [sys.executable, "-m", "pytest", "benchmarks/e2e", "-q", "-p", "no:cacheprovider",
+def pytest(path: str, args: list[str], out: Path) -> dict[str, tuple[float, float]]:
+    """One pytest run of `path` saving `out`: each benchmark's (median s, peak RSS bytes)."""
+    cmd = [sys.executable, "-m", "pytest", path, "-q", "-p", "no:cacheprovider",
            "--benchmark-max-time=0.5", f"--benchmark-json={out}", *args]
     subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
     if not out.exists():
@@ -42,9 +49,9 @@ def pytest(args: list[str], out: Path) -> dict[str, tuple[float, float]]:
             for b in json.loads(out.read_text())["benchmarks"]}
 
 
-def collect(markers: str, extra: list[str]) -> list[str]:
+def collect(path: str, markers: str, extra: list[str]) -> list[str]:
     """The node ids the selection holds, in pytest's order."""
-    listed = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/e2e", "-q", "--co", "-p", "no:cacheprovider",
+    listed = subprocess.run([sys.executable, "-m", "pytest", path, "-q", "--co", "-p", "no:cacheprovider",
                              "-m", markers, *extra], cwd=ROOT, check=False, capture_output=True, text=True, timeout=600)
     ids = [line for line in listed.stdout.splitlines() if "::" in line]
     if not ids:
@@ -52,14 +59,14 @@ def collect(markers: str, extra: list[str]) -> list[str]:
     return ids
 
 
-def one_way(way: str, ids: list[str], markers: str, extra: list[str], folder: Path, run: int) -> dict:
+def one_way(way: str, ids: list[str], path: str, markers: str, extra: list[str], folder: Path, run: int) -> dict:
     if way == "alone":
         found = {}
         for i, node in enumerate(ids):
-            found |= pytest([node, *extra], folder / f"{run}-alone-{i}.json")
+            found |= pytest(path, [node, *extra], folder / f"{run}-alone-{i}.json")
         return found
     isolate = ["--isolate", "framework"] if way == "isolated" else []
-    return pytest(["-m", markers, *isolate, *extra], folder / f"{run}-{way}.json")
+    return pytest(path, ["-m", markers, *isolate, *extra], folder / f"{run}-{way}.json")
 
 
 def geomean(xs: list[float]) -> float:
@@ -69,28 +76,39 @@ def geomean(xs: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--path", default="benchmarks/e2e")
     parser.add_argument("-m", dest="markers", default="resnet20 and training and not amp")
+    parser.add_argument("--out", type=Path, help="append every way's figures here as they land (JSON lines)")
     args, extra = parser.parse_known_args()
-    ids = collect(args.markers, extra)
+    ids = collect(args.path, args.markers, extra)
+    print(f"isolation_order: {len(ids)} cases, {args.runs} runs of {', '.join(WAYS)}", file=sys.stderr, flush=True)
     results: dict[str, list[dict]] = {way: [] for way in WAYS}
+    start = time.monotonic()
     with tempfile.TemporaryDirectory() as folder:
+        os.environ.setdefault("OPBENCH_REFERENCE_CACHE", str(Path(folder) / "references"))
         for run in range(args.runs):
             for way in (WAYS if run % 2 == 0 else WAYS[::-1]):
-                results[way].append(one_way(way, ids, args.markers, extra, Path(folder), run))
-                print(f"run {run + 1}/{args.runs}: {way}", file=sys.stderr)
+                found = one_way(way, ids, args.path, args.markers, extra, Path(folder), run)
+                results[way].append(found)
+                if args.out:
+                    with args.out.open("a", encoding="utf-8") as out:
+                        out.write(json.dumps({"run": run, "way": way, "results": found}) + "\n")
+                print(f"run {run + 1}/{args.runs}, {way} ({time.monotonic() - start:.0f} s): "
+                      + ", ".join(f"{name} {median * 1e3:.3g} ms" for name, (median, _) in sorted(found.items())),
+                      file=sys.stderr, flush=True)
     names = sorted(set.intersection(*(set(r) for rs in results.values() for r in rs)))
     print("| benchmark | alone median | alone spread | mixed/alone | isolated/alone | peak RSS alone | mixed "
           "| isolated |")
     print("|---|---|---|---|---|---|---|---|")
     outside = {"mixed": 0, "isolated": 0}
     for name in names:
-        time = {way: [r[name][0] for r in results[way]] for way in WAYS}
+        medians = {way: [r[name][0] for r in results[way]] for way in WAYS}
         rss = {way: max(r[name][1] for r in results[way]) for way in WAYS}
-        spread = max(time["alone"]) / min(time["alone"])
-        ratio = {way: geomean(time[way]) / geomean(time["alone"]) for way in ("mixed", "isolated")}
+        spread = max(medians["alone"]) / min(medians["alone"])
+        ratio = {way: geomean(medians[way]) / geomean(medians["alone"]) for way in ("mixed", "isolated")}
         for way, r in ratio.items():
             outside[way] += max(r, 1 / r) > spread
-        print(f"| {name} | {geomean(time['alone']) * 1e3:.3g} ms | {spread:.2f} | {ratio['mixed']:.3f} | "
+        print(f"| {name} | {geomean(medians['alone']) * 1e3:.3g} ms | {spread:.2f} | {ratio['mixed']:.3f} | "
               f"{ratio['isolated']:.3f} | {rss['alone'] / 2**20:,.0f} MiB | {rss['mixed'] / 2**20:,.0f} MiB | "
               f"{rss['isolated'] / 2**20:,.0f} MiB |")
     print(f"\noutside alone's own spread: mixed {outside['mixed']} of {len(names)}, "

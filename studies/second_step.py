@@ -7,7 +7,7 @@ The timed callable trains on batch 0 again at each call, from where the last lef
 (quick batch, float32), the script prints how far its gradients move between the two calls, and, for
 each wrong optimizer its kind admits, the largest ratio over the trained tensors of the wrong second
 update's distance from the reference's to the check's allowance for that call
-(equivalence.reference_timed_steps, update_limit, timed_rtol): above 1 the check fails it.
+(model_reference.reference_timed_steps, update_limit, timed_rtol): above 1 the check fails it.
 
     .venv/bin/python studies/second_step.py                # mlp lenet lstm resnet20 vgg10
     .venv/bin/python studies/second_step.py lenet          # one model
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from opbench.suites.models import equivalence
+from opbench.suites import model_check, model_reference
 from opbench.workloads.models import catalogue, datasets, reference
 
 
@@ -50,7 +50,7 @@ def study(name: str) -> None:
     model = catalogue.get(name)
     batch = model.batch["quick"]
     x, y = datasets.batch(model, batch, "")
-    steps = equivalence.reference_timed_steps(name, batch, "", 1, False, True, "float32")
+    steps = model_reference.reference_timed_steps(name, batch, "", 1, False, True, "float32")
     (p0, p1, _), (_, p2, allowed) = steps
     _, g1, _ = reference.loss_and_grads(model, p0, x.astype(np.float64), y)
     _, g2, state = reference.loss_and_grads(model, p1, x.astype(np.float64), y)
@@ -59,10 +59,10 @@ def study(name: str) -> None:
     print(f"{name} ({model.optimizer.name} {model.optimizer.lr:g}, batch {batch}): gradients move by up to "
           f"{moved:.3g} of their norm between the calls")
     for wrong, got in _wrong_second_steps(model, p0, p1, g1, g2, state).items():
-        rtol = equivalence.timed_rtol(model.optimizer, 2)
-        ratios = {k: _relative(got[k], want[k]) / equivalence.update_limit(k, allowed[k], rtol) for k in g2}
+        rtol = model_check.timed_rtol(model.optimizer, 2)
+        ratios = {k: _relative(got[k], want[k]) / model_check.update_limit(k, allowed[k], rtol) for k in g2}
         worst = max(ratios, key=ratios.get)
-        limit = equivalence.update_limit(worst, allowed[worst], rtol)
+        limit = model_check.update_limit(worst, allowed[worst], rtol)
         print(f"  {wrong:24} {ratios[worst]:8.3g} times the allowance (tensor {worst}, "
               f"{_relative(got[worst], want[worst]):.3g} off, allowed {limit:.3g})")
 

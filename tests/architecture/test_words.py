@@ -4,6 +4,7 @@ with) and nothing else. An LSTM's gates are the only other gates there are."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -28,3 +29,24 @@ def test_gate_means_the_upgrade_gate_only():
             if GATE.search(line) and not UPGRADE_GATE.search(f"{lines[number - 2] if number > 1 else ''} {line}"):
                 stray.append(f"{where}:{number}: {line.strip()}")
     assert not stray, "'gate' for the correctness check (call it the check):\n" + "\n".join(stray)
+
+
+def _reads_the_clock(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr in ("perf_counter", "perf_counter_ns")
+               and isinstance(n.value, ast.Name) and n.value.id == "time" for n in ast.walk(node))
+
+
+def test_one_timing_loop():
+    """Work is timed in one loop (harness/timing.py: rounds, and once for a single call): no other
+    module runs a loop that reads the timer (time.perf_counter). Reading it around a burst that
+    timing.rounds makes (the burst's wall time) is no second loop; a deadline that bounds a wait
+    reads time.monotonic."""
+    stray = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where == "harness/timing.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.For, ast.While)) and _reads_the_clock(node):
+                stray.append(f"{where}:{node.lineno}: a loop that reads the clock")
+    assert not stray, "time work with opbench.harness.timing:\n" + "\n".join(stray)

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from opbench import frameworks
 from opbench.core.case import Case
 from opbench.suites import prepared as shared
-from opbench.suites.measure import admit
-from opbench.suites.ops import generate, prepare
+from opbench.suites.measure import admit, verified
+from opbench.suites.ops import generate
 from opbench.workloads import ops
 
 
@@ -41,7 +41,7 @@ def check(name: str, framework: str, mode: str, direction: str, p: dict, seed: i
     if admission.issue and not admission.issue.regime:
         pytest.skip(f"known issue: {admission.issue.reason}")
     try:
-        return prepare.verified(case, admission.backend)[1]
+        return verified(case, admission.backend)[1]
     except shared.KnownDeviation as deviation:
         return deviation.max_abs_err
 

@@ -12,6 +12,7 @@ import pytest
 from opbench import frameworks
 from opbench.core.case import Case
 from opbench.harness.known_issues import KNOWN_ISSUES
+from opbench.suites import model_check, model_reference
 from opbench.suites.models import equivalence
 from opbench.suites.models.equivalence import prepare_model
 from opbench.suites.prepared import CorrectnessError
@@ -244,7 +245,7 @@ def test_known_issues_match_the_catalogue():
 
 
 def _adam_step_from(grads: dict, model, initial: dict, state: dict) -> dict:
-    return equivalence.optimizer_update(model, initial, grads, state, model.optimizer, 1, False)[0]
+    return reference.optimizer_update(model, initial, grads, state, model.optimizer, 1, False)[0]
 
 
 def test_float32_adam_step_allows_another_order_near_zero_and_no_more():
@@ -253,11 +254,11 @@ def test_float32_adam_step_allows_another_order_near_zero_and_no_more():
     correct step the check must pass. The same step at the wrong rate, or with the element's
     sign flipped where its gradient is large, must still fail."""
     model = catalogue.get("lstm")
-    initial = equivalence.initial_weights(model)
-    _, grads, state = equivalence._first_pass("lstm", 8, "", False)
-    want, allowed = equivalence.reference_timed_step("lstm", 8, "", 1, False, False, "float32")
+    initial = model_reference.initial_weights(model)
+    _, grads, state = model_reference.first_pass("lstm", 8, "", False)
+    want, allowed = model_reference.reference_timed_step("lstm", 8, "", 1, False, False, "float32")
     case = Case.model("lstm", "training", "numpy", 8)
-    check = lambda after: equivalence.check_update(case, "the timed adam step", initial, after, initial, want, allowed)
+    check = lambda after: model_check.check_update(case, "the timed adam step", initial, after, initial, want, allowed)
 
     g = grads["0.Wx"]
     smallest = np.unravel_index(np.argmin(np.abs(g)), g.shape)
@@ -281,13 +282,13 @@ def test_low_precision_adam_allowance_is_the_step_change_not_the_whole_step():
     change from the whole step, so every tensor was allowed 0.75 of its step (the cap): a step at
     half the rate passed. The MLP in bfloat16 must refuse it."""
     model = catalogue.get("mlp")
-    initial = equivalence.initial_weights(model)
-    want, allowed = equivalence.reference_timed_step("mlp", 8, "", 1, False, False, "bfloat16")
-    assert min(equivalence.update_limit(k, v) for k, v in allowed.items()) < 0.2
+    initial = model_reference.initial_weights(model)
+    want, allowed = model_reference.reference_timed_step("mlp", 8, "", 1, False, False, "bfloat16")
+    assert min(model_check.update_limit(k, v) for k, v in allowed.items()) < 0.2
     case = Case.model("mlp", "training", "numpy", 8, precision="amp")
     half_rate = {k: initial[k] + 0.5 * (v - initial[k]) for k, v in want.items()}
     with pytest.raises(CorrectnessError):
-        equivalence.check_update(case, "the timed adam step", initial, half_rate, initial, want, allowed)
+        model_check.check_update(case, "the timed adam step", initial, half_rate, initial, want, allowed)
 
 
 def _adam_in_float32_constants(model, params: dict, history: list[dict], state: dict) -> dict:
@@ -312,21 +313,21 @@ def test_timed_adam_floor_holds_float32_constants_and_refuses_adamw(call):
     at Keras' default decay (4e-3 of the rate), which UPDATE_RTOL (1e-3) let through at 0.66 of the
     allowance, fails on the first call."""
     model = catalogue.get("lenet")
-    steps = equivalence.reference_timed_steps("lenet", 8, "", 1, False, True, "float32")
+    steps = model_reference.reference_timed_steps("lenet", 8, "", 1, False, True, "float32")
     before, want, allowed = steps[call - 1]
-    _, history = equivalence._timed_trajectory_both("lenet", 8, "", 1, True)
+    _, history = model_reference._timed_trajectory_both("lenet", 8, "", 1, True)
     state = {k: v for k, v in want.items() if k not in history[0]}
     case = Case.model("lenet", "training", "numpy", 8)
-    rtol = equivalence.timed_rtol(model.optimizer, call)
-    assert rtol < equivalence.UPDATE_RTOL
+    rtol = model_check.timed_rtol(model.optimizer, call)
+    assert rtol < model_check.UPDATE_RTOL
     held = _adam_in_float32_constants(model, before, history[:call], state)
     used: list[float] = []
-    equivalence.check_update(case, "the timed adam step", before, held, before, want, allowed, used, rtol)
-    assert max(used) < 1 / equivalence.SLACK * 1.5
+    model_check.check_update(case, "the timed adam step", before, held, before, want, allowed, used, rtol)
+    assert max(used) < 1 / model_check.SLACK * 1.5
     if call == 1:
         decayed = {k: v - model.optimizer.lr * 4e-3 * before[k] if k in history[0] else v for k, v in want.items()}
         with pytest.raises(CorrectnessError, match="timed adam step"):
-            equivalence.check_update(case, "the timed adam step", before, decayed, before, want, allowed, None, rtol)
+            model_check.check_update(case, "the timed adam step", before, decayed, before, want, allowed, None, rtol)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

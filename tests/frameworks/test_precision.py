@@ -13,8 +13,10 @@ from opbench import frameworks as backends
 from opbench.core.case import Case
 from opbench.harness.config import ConfigError, Settings, resolve
 from opbench.suites import prepared as shared
+from opbench.suites.model_check import check_low_precision
 from opbench.suites.models.cases import model_cases
-from opbench.suites.models.equivalence import CorrectnessError, check_low_precision, prepare_model
+from opbench.suites.models.equivalence import prepare_model
+from opbench.suites.prepared import CorrectnessError
 from opbench.workloads.models import catalogue, datasets, precision, reference
 from opbench.workloads.models.spec import init_params
 from tests.frameworks.test_models import SMALL, model_case
@@ -126,7 +128,7 @@ def test_jax_float16_gradients_land_where_the_emulation_puts_them(monkeypatch):
         pytest.skip(f"JAX {jax.__version__}'s CPU dot sums float16 in float16, which no GPU does")
 
     from opbench.frameworks.jax import models as jax_models
-    from opbench.suites.models.equivalence import initial_weights
+    from opbench.suites.model_reference import initial_weights
 
     model = catalogue.get("mlp")
     params = initial_weights(model)
@@ -160,7 +162,7 @@ def test_no_low_precision_allowance_is_below_one_rounding_of_the_update():
     """Every gradient of a low-precision step is stored in its type: the emulated error of each
     tensor's update is at least one rounding, however the one emulated draw happened to fall
     (LeNet's ten output biases land at 0.26 of a bfloat16 rounding without the floor)."""
-    from opbench.suites.models.equivalence import SGD_STEPS, emulated_errors
+    from opbench.suites.model_reference import SGD_STEPS, emulated_errors
 
     emulation = emulated_errors("lenet", 32, "", SGD_STEPS, 1, False, "bfloat16")
     u = precision.UNIT_ROUNDOFF["bfloat16"]

@@ -1,5 +1,5 @@
 """Adam's largest move, which the check of the call after the timed rounds holds every element to
-(equivalence.adam_bound), is a bound of the update rule itself: no history of gradients moves an
+(model_check.adam_bound), is a bound of the update rule itself: no history of gradients moves an
 element farther, in the reference's Adam with either epsilon convention, and a history whose
 gradients keep one sign comes close enough that a step at ten times the rate passes it."""
 
@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opbench.suites.models import equivalence
+from opbench.suites import model_check
 from opbench.workloads.models import reference
 from opbench.workloads.models.spec import Dense, ModelSpec, Optimizer
 
@@ -31,7 +31,7 @@ def _moves(history: list[np.ndarray], opt: Optimizer, eps_corrected: bool) -> fl
 
 
 def test_the_bound_at_adams_defaults():
-    assert abs(equivalence.adam_bound(ADAM) - 7.2703) < 1e-3
+    assert abs(model_check.adam_bound(ADAM) - 7.2703) < 1e-3
 
 
 @settings(max_examples=200, deadline=None)
@@ -43,11 +43,11 @@ def test_no_gradient_history_moves_an_element_past_the_bound(scales, signs, beta
     large one is where Adam moves most, and it stays under the bound."""
     opt = dataclasses.replace(ADAM, beta1=beta1, beta2=beta2)
     history = [np.full((3, 4), (1 if s else -1) * 10.0**x) for x, s in zip(scales, signs, strict=False)]
-    assert _moves(history, opt, eps_corrected) <= equivalence.adam_bound(opt) * (1 + 1e-12)
+    assert _moves(history, opt, eps_corrected) <= model_check.adam_bound(opt) * (1 + 1e-12)
 
 
 def test_a_step_at_ten_times_the_rate_passes_the_bound_where_gradients_keep_their_sign():
     """Gradients of one sign move each element about the rate: ten times it is past the bound."""
     history = [np.full((3, 4), 0.5 ** t) for t in range(200)]
     assert 0.5 < _moves(history, ADAM, True) <= 1.0 + 1e-9
-    assert 10 * _moves(history[:3], ADAM, True) > equivalence.adam_bound(ADAM)
+    assert 10 * _moves(history[:3], ADAM, True) > model_check.adam_bound(ADAM)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from opbench.suites.models import equivalence, reference_store
+from opbench.suites import model_reference, reference_store
 
 calls: list[tuple] = []
 context = {"spec": "a"}
@@ -68,16 +68,16 @@ def test_an_unreadable_file_is_made_again_and_an_unwritable_folder_costs_nothing
 
 def test_the_models_emulations_are_kept_with_their_spec_and_draws(store):
     """The real emulation of the MLP gate: read back equal, keyed by the spec and DRAWS."""
-    first = equivalence.emulated_errors("mlp", 8, "", 1, 1, False, "float32")
-    equivalence._emulated_errors_both.cache_clear()
-    assert equivalence.emulated_errors("mlp", 8, "", 1, 1, False, "float32") == first
+    first = model_reference.emulated_errors("mlp", 8, "", 1, 1, False, "float32")
+    model_reference._emulated_errors_both.cache_clear()
+    assert model_reference.emulated_errors("mlp", 8, "", 1, 1, False, "float32") == first
     assert len(list(store.glob("_emulated_errors_both-*.pickle"))) == 1
-    assert equivalence._spec(("mlp",))[1] == equivalence.DRAWS
+    assert model_reference._spec(("mlp",))[1] == model_reference.DRAWS
 
 
 SLOW = """
 import sys, time
-from opbench.suites.models import reference_store
+from opbench.suites import reference_store
 
 @reference_store.kept(lambda args: "spec")
 def emulation(name, batch, data_dir):

@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from opbench.harness import timing
+
 __all__ = ["BUSY_SHARE", "LOAD_MARGIN", "MIN_SAMPLES", "MIN_SECONDS", "Observation", "cpu_seconds", "cpu_ticks",
            "crowded", "machine_ticks", "observe", "running_threads", "stat_fields"]
 
@@ -213,12 +215,10 @@ def observe(work: Callable[[], object], min_seconds: float = MIN_SECONDS, max_ca
     tick = os.sysconf("SC_CLK_TCK")
     sampler = _Sampler(tasks)
     before, (machine, _), own = cpu_seconds(tasks), machine_ticks(cpus, stat), time.process_time()
-    start, calls = time.perf_counter(), 0
+    start = time.perf_counter()
     sampler.start()
     try:
-        while calls < max_calls and (calls == 0 or time.perf_counter() - start < min_seconds):
-            work()
-            calls += 1
+        calls = len(timing.rounds(work, 1, 1, max_calls, min_seconds))
     finally:
         running = sampler.stop()
     wall = time.perf_counter() - start

@@ -8,12 +8,12 @@ collect with. Measurement reads it and never reaches back into the plugin.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from opbench.frameworks import load, start_threads
+from opbench.harness import timing
 from opbench.harness.config import Settings
 from opbench.harness.roofline import Roofline
 
@@ -60,9 +60,4 @@ def numpy_gemm_gflops(threads: int, size: int = 1024, repeats: int = 7) -> float
     r = np.random.default_rng(0)
     a, b = r.standard_normal((size, size), dtype=np.float32), r.standard_normal((size, size), dtype=np.float32)
     a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    return 2 * size**3 / min(timing.rounds(lambda: a @ b, 1, repeats)) / 1e9

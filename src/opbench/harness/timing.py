@@ -1,6 +1,7 @@
-"""The one burst timer outside pytest-benchmark: rounds of back-to-back synchronised calls, each
-round's time per call. The paired gate's workers, the breakdown's operator prediction and the
-injection study's calibration all time with it."""
+"""The one timing loop outside pytest-benchmark, and its stopwatch: rounds of back-to-back
+synchronised calls, each round's time per call (the paired gate's bursts, the breakdown's operator
+prediction, the thread observer, NumPy's reference GEMM, the injection study's calibration), and
+one call timed alone with its result (a case's first call, a training step, a distributed step)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,11 @@ def rounds(call: Callable[[], Any], loops: int = 1, min_rounds: int = 1, max_rou
             call()
         times.append((time.perf_counter() - t0) / loops)
     return times
+
+
+def once(call: Callable[[], Any]) -> tuple[Any, float]:
+    """Run `call` once and return (its result, seconds): the first call of a case (which traces or
+    compiles compiled modes), or one step whose result is read back (`call` returns once it exists)."""
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start

@@ -18,6 +18,7 @@ import numpy as np
 
 from opbench.core.case import Case
 from opbench.frameworks.base import Backend, Unavailable
+from opbench.harness import timing
 from opbench.harness.session import Session
 from opbench.suites import measure as measuring
 from opbench.suites.prepared import CorrectnessError, Prepared, compare
@@ -149,7 +150,7 @@ class Runner:
         # the call after the timed rounds is checked as the first was (measure.check_after_rounds)
         prepared = Prepared(case, backend, timed, lambda result: self.check(result, reference, rtol), flops,
                             bytes_moved, "-", repeatable=True)
-        result, first_s = measuring.first_call(timed)
+        result, first_s = timing.once(timed)
         err = prepared.verify(result)
         measuring.threads_held(case, backend, threads, "after its first call")
         ready = measuring.Ready(prepared, threads, how, first_s, err, aids={},

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +18,12 @@ from opbench.core import schema
 from opbench.core.case import Case
 from opbench.core.errors import one_line
 from opbench.frameworks.base import Backend, Unavailable
+from opbench.harness import timing
 from opbench.harness.known_issues import KnownIssue, known_issue
 from opbench.harness.memory import PeakOf
 from opbench.harness.roofline import Implausible
 from opbench.harness.session import Session
+from opbench.suites import registry
 from opbench.suites.prepared import CorrectnessError, KnownDeviation, require
 from opbench.workloads import ops
 
@@ -71,8 +72,6 @@ def observed_threads(backend: Backend, mode: str, wanted: int, state: Session) -
     computes on another. Where the kernel keeps no per-thread account the framework's word is
     all there is, and the second item says so."""
     from opbench.harness.observed_threads import METHOD, TASKS, observe
-    from opbench.suites.ops.prepare import verified
-
     said = pin_threads(backend, wanted)
     key = (backend.name, mode, wanted)
     if key not in state.observed:
@@ -114,13 +113,6 @@ def threads_held(case, backend: Backend, threads: int, when: str) -> None:
                              "recorded")
 
 
-def first_call(call: Callable[[], Any]) -> tuple[Any, float]:
-    """Run `call` once (this traces or compiles compiled modes) and return (result, seconds)."""
-    start = time.perf_counter()
-    result = call()
-    return result, time.perf_counter() - start
-
-
 @dataclass
 class Timing:
     """What came out of a timed run, for extra_info."""
@@ -152,24 +144,23 @@ def latency(benchmark) -> dict[str, float | int]:
             "latency_calls_per_round": int(getattr(meta, "iterations", 1))}
 
 
-def warn_if_noisy(name: str, timing: Timing) -> None:
-    if timing.median_s > 0 and timing.iqr_s / timing.median_s > NOISY_IQR:
+def warn_if_noisy(name: str, timed: Timing) -> None:
+    if timed.median_s > 0 and timed.iqr_s / timed.median_s > NOISY_IQR:
         warnings.warn(
-            f"{name}: IQR is {timing.iqr_s / timing.median_s:.0%} of the median; the machine is busy "
+            f"{name}: IQR is {timed.iqr_s / timed.median_s:.0%} of the median; the machine is busy "
             "or the operation too short for stable numbers",
             NoisyMeasurement,
             stacklevel=2,
         )
 
 
-def _prepare(case, backend, settings):
-    if case.is_model:
-        from opbench.suites.models.equivalence import prepare_model
-
-        return prepare_model(case, backend, settings.data_dir)
-    from opbench.suites.ops.prepare import prepare
-
-    return prepare(case, backend)
+def verified(case: Case, backend: Backend, settings=None) -> tuple[Any, float]:
+    """`case` prepared by its suite and checked against NumPy on one call: (prepared, its max abs
+    error). Correct before fast: everything that times a prepared case outside the benchmarks (the
+    breakdown's prediction, the thread calibration, the property tests) starts here; the
+    benchmarks' own setup times that first call too (setup)."""
+    prepared = registry.prepare(case, backend, settings)
+    return prepared, prepared.verify(prepared.call())
 
 
 @dataclass
@@ -222,8 +213,8 @@ def setup(case, backend, state: Session, known_ok: bool = False) -> Ready:
     threads, observation = threads_of(case, backend, state)
     shared = openmp.shared_with(state.openmp_teams, case.framework, case.device, threads)
     try:
-        prepared = _prepare(case, backend, state.settings)
-        result, first_s = first_call(prepared.call)
+        prepared = registry.prepare(case, backend, state.settings)
+        result, first_s = timing.once(prepared.call)
     except DataError as exc:
         pytest.fail(f"--data-dir: {exc}", pytrace=False)
     except AssertionError:
@@ -371,15 +362,15 @@ def time_and_check(benchmark, case, prepared, state) -> None:
         benchmark(prepared.call)
     threads_held(case, prepared.backend, state.threads, "after its timed rounds")
     check_after_rounds(prepared)
-    timing = timing_of(benchmark)
-    if timing is None:
+    timed = timing_of(benchmark)
+    if timed is None:
         return
-    state.roofline.check(prepared.flops or prepared.least_flops, timing.min_s, case.device,
+    state.roofline.check(prepared.flops or prepared.least_flops, timed.min_s, case.device,
                          prepared.ceiling_dtype or case.dtype, prepared.backend, gain=prepared.algorithm_gain)
     benchmark.extra_info.update(
-        gflops=prepared.flops / timing.median_s / 1e9 if prepared.flops else None,
-        gbps=prepared.bytes / timing.median_s / 1e9 if prepared.bytes else None,
-        **prepared.per_second(timing.median_s),
+        gflops=prepared.flops / timed.median_s / 1e9 if prepared.flops else None,
+        gbps=prepared.bytes / timed.median_s / 1e9 if prepared.bytes else None,
+        **prepared.per_second(timed.median_s),
     )
     benchmark.extra_info.update(rss.as_extra())
     if case.is_model:
@@ -388,4 +379,4 @@ def time_and_check(benchmark, case, prepared, state) -> None:
         benchmark.extra_info.update(latency(benchmark))
     if prepared.after_timing:
         benchmark.extra_info.update(prepared.after_timing())
-    warn_if_noisy(case.id, timing)
+    warn_if_noisy(case.id, timed)

@@ -45,6 +45,10 @@ class Suite:
     listing: str  # "module:function": Request -> Listing; KeyError says what is wrong with a benchmark
     binder: str = "opbench.suites.binding:bind"  # "module:function": (case, request, state) -> the value
     paired: bool = False  # the paired gate's worker times its cases
+    # Where the suite's cases go through suites.measure.setup: the Case.kind they have, and their
+    # preparer, "module:function": (case, backend, settings) -> Prepared, checked before it is timed.
+    kind: str = ""
+    prepare: str = ""
 
     def cases(self, request: Request) -> Listing:
         lister: Callable[[Request], Listing] = _named(self.listing)
@@ -61,9 +65,10 @@ def _named(path: str) -> Callable:
 
 
 SUITES = (
-    Suite("op_case", "The operator case of this test item.", "opbench.suites.ops.generate:listing", paired=True),
+    Suite("op_case", "The operator case of this test item.", "opbench.suites.ops.generate:listing", paired=True,
+          kind="op", prepare="opbench.suites.ops.prepare:prepare"),
     Suite("model_case", "The end-to-end model case of this test item.", "opbench.suites.models.cases:listing",
-          paired=True),
+          paired=True, kind="model", prepare="opbench.suites.models.equivalence:prepare_model"),
     Suite("fw", "One framework in one mode, on one device and dtype, for a test of the user's own code "
           "(opbench.suites.functions.Runner): skipped with the reason where it cannot run here.",
           "opbench.suites.functions:listing", "opbench.suites.functions:bind"),
@@ -74,3 +79,11 @@ SUITES = (
 )
 FIXTURES = tuple(suite.fixture for suite in SUITES)
 PAIRED = tuple(suite.fixture for suite in SUITES if suite.paired)
+
+
+def prepare(case, backend, settings=None):
+    """`case` built and ready to check and time (a Prepared), by the suite its kind belongs to."""
+    suite = next((s for s in SUITES if s.kind == case.kind and s.prepare), None)
+    if suite is None:
+        raise KeyError(f"no suite prepares a case of kind {case.kind!r}; suites/registry.py lists them")
+    return _named(suite.prepare)(case, backend, settings)

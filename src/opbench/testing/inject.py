@@ -143,14 +143,10 @@ def _scaled_overhead_s() -> float:
 
 @functools.cache
 def _iteration_s() -> float:
-    """One turn of the empty loop, from the fastest of several 1e5-turn loops."""
-    best = float("inf")
-    for _ in range(7):
-        start = time.perf_counter()
-        for _ in range(100_000):
-            pass
-        best = min(best, (time.perf_counter() - start) / 100_000)
-    return best
+    """One turn of the empty loop `slowed` spins: the fastest of several calls that spin 1e5 turns,
+    less what the wrapper costs a call that does nothing."""
+    turns = 100_000
+    return max(per_call(slowed(_noop, turns), 1) - _wrapper_s(), 1e-9) / turns
 
 
 def fraction() -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +28,8 @@ import numpy as np
 from opbench.core import inputs
 from opbench.core.case import Case
 from opbench.frameworks.base import Backend, Unavailable
-from opbench.suites.models.equivalence import LOSS_RTOL, SLACK, check_logits, scalar
+from opbench.harness import timing
+from opbench.suites.model_check import LOSS_RTOL, SLACK, check_logits, scalar
 from opbench.suites.prepared import CorrectnessError
 from opbench.suites.registry import Listing
 from opbench.workloads.models import catalogue, datasets, reference
@@ -194,9 +194,8 @@ def train(native, backend: Backend, model: ModelSpec, feed: Feed, epochs: int) -
         batches = feed.epoch(epoch)
         for x, y in batches:
             xs, ys = native.inputs(x, y)
-            start = time.perf_counter()
-            loss = scalar(backend, step(xs, ys))
-            curve.step_s.append(time.perf_counter() - start)
+            loss, seconds = timing.once(lambda xs=xs, ys=ys: scalar(backend, step(xs, ys)))
+            curve.step_s.append(seconds)
             curve.losses.append(loss)
             curve.digests.append(digest(x, y))
         seconds += sum(curve.step_s[-len(batches):])

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 
 import pytest
 
+from opbench.harness import timing
 from opbench.suites import target
 from opbench.suites.distributed import equivalence
 from opbench.suites.distributed.engines import ENGINES, LOOPBACK, Topology, free_port, interface_for, nodes_from_env
@@ -64,12 +64,6 @@ def _scaling_key(case) -> tuple:
     return case.framework, case.engine, case.rule, case.device, case.name, case.scaling, case.batch
 
 
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure_distributed(benchmark, bound) -> None:
     case, settings = bound.case, bound.state.settings
     engine = ENGINES[case.engine]
@@ -90,7 +84,7 @@ def measure_distributed(benchmark, bound) -> None:
         err = equivalence.equivalence(case, group, link, settings.data_dir, setup[0]["lstm_biases"],
                                       setup[0]["adam_eps_corrected"])
         rounds = agreed_rounds(benchmark, group, link)
-        overhead = statistics.median(_seconds(lambda: group.ask("ping")) for _ in range(PINGS))
+        overhead = statistics.median(timing.once(lambda: group.ask("ping"))[1] for _ in range(PINGS))
         extra = {**identity(case, bound.backend, threads=1, max_abs_err=err), "engine": case.engine,
                  "rule": case.rule, "workers": case.workers, "nodes": topo.nodes, "world_size": topo.world,
                  "node_rank": topo.node_rank, "ranks": group.ranks, "scaling": case.scaling,
@@ -101,9 +95,9 @@ def measure_distributed(benchmark, bound) -> None:
         with recording(benchmark, case, extra):
             with loaded(benchmark, case.workers):  # one thread per worker process
                 benchmark.pedantic(lambda: group.ask("step"), rounds=rounds, iterations=1)
-            timing = timing_of(benchmark)
-            if timing is not None:
-                _after_timing(benchmark, case, group, link, timing.median_s, overhead, setup[0]["comm_off"])
+            timed = timing_of(benchmark)
+            if timed is not None:
+                _after_timing(benchmark, case, group, link, timed.median_s, overhead, setup[0]["comm_off"])
 
 
 def agreed_rounds(benchmark, group: WorkerGroup, link: NodeLink) -> int:
@@ -112,7 +106,7 @@ def agreed_rounds(benchmark, group: WorkerGroup, link: NodeLink) -> int:
     on every node. A correctness pass (--benchmark-disable) makes one call only, and no warm-up."""
     if benchmark.disabled:
         return 1
-    per_step = _seconds(lambda: group.ask("step", n=WARMUP_STEPS)) / WARMUP_STEPS
+    per_step = timing.once(lambda: group.ask("step", n=WARMUP_STEPS))[1] / WARMUP_STEPS
     # pytest-benchmark's own settings (--benchmark-max-time, --benchmark-min-rounds), as its
     # automatic mode reads them
     mine = max(int(benchmark._min_rounds), math.ceil(benchmark._max_time / max(per_step, 1e-9)))
@@ -142,8 +136,8 @@ def communication_share(group: WorkerGroup) -> float:
     load episode hits both alike."""
     sync, local = [], []
     for _ in range(COMM_PAIRS):
-        sync.append(_seconds(lambda: group.ask("step")))
-        local.append(_seconds(lambda: group.ask("step", sync=False)))
+        sync.append(timing.once(lambda: group.ask("step"))[1])
+        local.append(timing.once(lambda: group.ask("step", sync=False))[1])
     return max(0.0, 1.0 - statistics.median(local) / statistics.median(sync))
 
 

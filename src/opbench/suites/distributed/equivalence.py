@@ -1,7 +1,7 @@
 """The equivalence check of a distributed case, before anything is timed: SGD_STEPS synchronous
 plain-SGD steps of W workers, each on its equal share of the global batch, must give what NumPy's
 reference step gives on the whole batch from the same weights, as the single-process check
-demands (opbench.suites.models.equivalence): the mean of the workers' losses against NumPy's loss, and on every worker
+demands (opbench.suites.model_check): the mean of the workers' losses against NumPy's loss, and on every worker
 each parameter tensor's update against NumPy's update. A wrong gradient averaging (a sum, a
 missing or a stale all-reduce, one worker's gradient only) changes the update and fails here.
 
@@ -33,14 +33,12 @@ import numpy as np
 
 from opbench.suites.distributed.group import WorkerGroup
 from opbench.suites.distributed.link import NodeLink
-from opbench.suites.models.equivalence import (
+from opbench.suites.model_check import check_loss, check_update
+from opbench.suites.model_reference import (
     SGD_STEPS,
-    check_loss,
     check_lr,
-    check_update,
     emulated_step,
     initial_weights,
-    optimizer_update,
     reference_sgd,
     reference_timed_step,
 )
@@ -188,7 +186,7 @@ def async_reference(name: str, batch: int, world: int, order: tuple[int, ...], d
         params, moments = initial, ({}, {})
         for t, rank in enumerate(order, 1):
             pushed = {k: g / world for k, g in grads[rank].items()}
-            params, moments = optimizer_update(model, params, pushed, state, model.optimizer, lstm_biases,
+            params, moments = reference.optimizer_update(model, params, pushed, state, model.optimizer, lstm_biases,
                                                eps_corrected, moments, t)
         return params
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
 from opbench.core.processes import reply_stream, serve
 from opbench.frameworks import start_threads
+from opbench.harness import timing
 from opbench.harness.memory import peak_rss
 from opbench.workloads.models import catalogue, datasets
 from opbench.workloads.models.spec import Optimizer, init_params
@@ -72,10 +72,13 @@ class Worker:
         return {}
 
     def step(self, req: dict) -> dict:
-        start = time.perf_counter()
-        for _ in range(req.get("n", 1)):
-            loss = self.engine.step(req.get("sync", True))
-        return {"loss": loss, "seconds": time.perf_counter() - start}
+        def steps():
+            for _ in range(req.get("n", 1)):
+                loss = self.engine.step(req.get("sync", True))
+            return loss
+
+        loss, seconds = timing.once(steps)
+        return {"loss": loss, "seconds": seconds}
 
     def refresh(self, req: dict) -> dict:
         self.engine.refresh()

@@ -54,8 +54,9 @@ def _capped(bound: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.minimum(bound, max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0)
 
 
-def prepare(case: Case, backend: Backend) -> Prepared:
-    """Build the callable and its verification for an operator case."""
+def prepare(case: Case, backend: Backend, settings=None) -> Prepared:
+    """Build the callable and its verification for an operator case (the suite's preparer in
+    suites/registry.py; an operator reads none of the run's `settings`)."""
     spec = ops.get(case.name)
     impl = backend.op(case.name)
     image, kernel = backend.image_layout(case.device), backend.kernel_layout
@@ -167,12 +168,3 @@ def _kept_precision(case: Case, result) -> None:
     if "float64" in kind and case.dtype != "float64":
         raise CorrectnessError(f"{case.framework} {case.mode} {case.name} returns {kind} where the case computes in "
                                f"{case.dtype}: the implementation widens its inputs, so its time is not {case.dtype}'s")
-
-
-def verified(case: Case, backend: Backend) -> tuple[Prepared, float]:
-    """`case` prepared and checked against NumPy on one call: (prepared, its max abs error).
-    Correct before fast: everything that times a prepared case outside the benchmarks (the
-    breakdown's prediction, the thread calibration, the property tests) starts here; the
-    benchmarks' own setup times that first call too (suites.measure.setup)."""
-    prepared = prepare(case, backend)
-    return prepared, prepared.verify(prepared.call())

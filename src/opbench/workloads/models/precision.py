@@ -12,7 +12,7 @@ mixed_bfloat16/mixed_float16 policies and a hand-written JAX step do.
 type every tensor that a framework stores in it (the layers' outputs, the weights as a product
 reads them, the gradients flowing back and the weights' gradients), computing exactly in between
 (frameworks accumulate products in float32). The reference run so rounded measures how far a
-correct mixed-precision step may land from float64's: the check's tolerance, see suites/models/equivalence.py.
+correct mixed-precision step may land from float64's: the check's tolerance, see suites/model_check.py.
 """
 
 from __future__ import annotations

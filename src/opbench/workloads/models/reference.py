@@ -25,6 +25,7 @@ from opbench.workloads.models.spec import (
     Flatten,
     GlobalAvgPool,
     ModelSpec,
+    Optimizer,
     Pool2D,
     Residual,
     walk,
@@ -382,3 +383,23 @@ def adam_update(
     new = {k: p - scale.get(k, 1) * opt.lr * (m[k] / c1) / (np.sqrt(v[k] / c2) + eps) if k in grads else p
            for k, p in params.items()}
     return {**new, **state}, (m, v)
+
+
+class NoReference(AssertionError):
+    """The reference has no rule for what a model asks (an optimizer it does not have): its step
+    cannot be checked, and a case that cannot be checked fails as a failed check does (an
+    AssertionError, never a skip), rather than being timed."""
+
+
+def optimizer_update(model: ModelSpec, params: dict, grads: dict, state: dict, opt: Optimizer, lstm_biases: int,
+                     eps_corrected: bool, moments: tuple = ({}, {}), step: int = 1) -> tuple[dict, tuple]:
+    """The reference's step number `step` of `opt` (the study's optimizer, as the timed step runs
+    it) from `params`, and the optimizer's moments after it: SGD at its rate, or Adam with the
+    framework's epsilon convention (`moments` empty before its first step). Raises NoReference for
+    an optimizer the reference does not have."""
+    if opt.name == "sgd":
+        return sgd_update(model, params, grads, state, opt.lr, lstm_biases), moments
+    if opt.name == "adam":
+        return adam_update(model, params, grads, state, moments, step, opt, lstm_biases, eps_corrected)
+    raise NoReference(f"{model.name}: the reference has no optimizer {opt.name!r}; its timed step cannot be "
+                      "checked, so it is not timed")

@@ -1,6 +1,6 @@
 """The models' float32 and mixed-precision emulations, kept on disk between processes.
 
-An emulation (equivalence.emulated_errors and its kin) runs the NumPy reference DRAWS times in
+An emulation (model_reference.emulated_errors and its kin) runs the NumPy reference DRAWS times in
 float32: a minute for the LSTM on a 2-core host, made again by every pytest process that checks the
 same model (make test runs four). What it measures is NumPy's own rounding of a deterministic
 computation, so a process on the same arithmetic gets the same numbers: the key of a kept result is
@@ -29,9 +29,9 @@ from opbench.core.files import replace_atomic
 from opbench.harness.roofline import read_cpu
 
 VARIABLE = "OPBENCH_REFERENCE_CACHE"
-_ROOT = Path(__file__).resolve().parents[2]  # src/opbench
-# The code whose arithmetic an emulation runs: the references, their data and inputs, the models' checks.
-_SOURCES = ("workloads", "core/inputs.py", "core/layouts.py", "suites/models")
+_ROOT = Path(__file__).resolve().parents[1]  # src/opbench
+# The code whose arithmetic an emulation runs: the references, their data and inputs, the emulations.
+_SOURCES = ("workloads", "core/inputs.py", "core/layouts.py", "suites/model_reference.py")
 
 
 def _blas() -> str:
