@@ -22,7 +22,7 @@ from opbench.workloads.models import catalogue
 
 def emulate(name: str, draws: int) -> tuple[model_reference.Emulation, float]:
     model_reference.DRAWS = draws
-    model_reference.emulated_errors.cache_clear()
+    model_reference._emulated_errors_both.cache_clear()
     start = time.perf_counter()
     batch = catalogue.get(name).batch["quick"]
     errors = model_reference.emulated_errors(name, batch, "", model_reference.SGD_STEPS, 1, False, "float32")

@@ -44,6 +44,33 @@ TIMED_CHECKED = 2
 DRAWS = 8
 
 
+# The float64 trajectories below hold whole copies of a model's weights and gradients (ResNet-50's
+# timed steps at batch 2: 1.7 GiB, measured), and a process checks one model's cases one after
+# another (each suite lists its cases model by model). They are kept for the model last asked
+# about only: a worker holds one model's references, not the last four models' (which took a
+# torch worker of `make bench` past 7 GiB at ResNet-50, where the case alone peaks at 3.3 GiB).
+_ONE_MODEL: list = []  # the caches that hold one model each
+_held = [""]  # the model they hold
+
+
+def _one_model(fn):
+    """Cache `fn(name, ...)` for the model `name` last asked about; another model clears every
+    such cache first."""
+    memo = functools.cache(fn)
+    _ONE_MODEL.append(memo)
+
+    @functools.wraps(fn)
+    def wrapper(name: str, *args, **kwargs):
+        if _held[0] != name:
+            for cache in _ONE_MODEL:
+                cache.cache_clear()
+            _held[0] = name
+        return memo(name, *args, **kwargs)
+
+    wrapper.cache_clear = memo.cache_clear  # type: ignore[attr-defined]
+    return wrapper
+
+
 def initial_weights(model: ModelSpec) -> dict[str, np.ndarray]:
     """The shared initial weights every framework starts from, in float64."""
     return {k: v.astype(np.float64) for k, v in init_params(model).items()}
@@ -62,7 +89,7 @@ def reference_logits(name: str, batch: int, data_dir: str) -> np.ndarray:
 # both conventions (reference.UNBIASED_VAR) and each framework reads its own from it: TensorFlow's and
 # PyTorch's checks of one batch-normalised model share one float64 trajectory and one float32 emulation
 # (ResNet-20 at batch 128: 90 s on a 2-core host), bit for bit what each convention's own would be.
-@functools.lru_cache(maxsize=4)
+@_one_model
 def _first_pass_both(name: str, batch: int, data_dir: str) -> tuple[float, dict, dict]:
     model = catalogue.get(name)
     x, y = datasets.batch(model, batch, data_dir)
@@ -99,7 +126,7 @@ def reference_sgd(
     return losses, [reference.by_convention(params, unbiased_var) for params in trajectory]
 
 
-@functools.lru_cache(maxsize=4)
+@_one_model
 def _reference_sgd_both(name: str, batch: int, data_dir: str, steps: int, lstm_biases: int) -> tuple[list, list]:
     model = catalogue.get(name)
     params, losses, trajectory = reference.with_conventions(initial_weights(model)), [], []
@@ -252,7 +279,7 @@ def _step_from(model: ModelSpec, params: dict, history: list[dict], state: dict,
     return after
 
 
-@functools.lru_cache(maxsize=4)
+@_one_model
 def _timed_trajectory_both(name: str, batch: int, data_dir: str, lstm_biases: int, eps_corrected: bool,
                            calls: int = TIMED_CHECKED) -> tuple:
     """The first `calls` calls of the timed step in float64, both running-variance conventions
@@ -294,25 +321,31 @@ def _timed_steps_errors_both(name: str, batch: int, data_dir: str, lstm_biases: 
         # step's spread: where another order puts the first step (an Adam element whose gradient is
         # within rounding of zero moved the other way, a whole rate), the second step starts from
         # there (MXNet's VGG-10 second step was 0.8% off on a conv bias from the own path alone).
+        # Each path's weights and gradients are whole copies of the model's (VGG-16: 120 MB each): a
+        # path is let go once its step is made, and the last step's paths lead nowhere, so none is
+        # kept (VGG-16's emulation peaked at 5.2 GiB before, 3.3 GiB so; the errors are the same).
         paths: list[tuple[dict, list]] = [(want[0], [])]
         for t in range(len(history)):
-            ahead = []
-            for params, before in paths:
+            ahead: list[tuple[dict, list]] = []
+            more = t < len(history) - 1
+            while paths:
+                params, before = paths.pop()
                 _, grads, state = run_in(dtype, model, params, x.astype(np.float64), y, None, draw)
                 low_history = [*before, wide(grads)]
                 update = lambda hist, st, start=params: _step_from(model, start, hist, st, lstm_biases,
                                                                    eps_corrected)
                 got, step, others = _step_errors(model.optimizer, update, history[:t + 1], low_history,
-                                                 wide(state), params, want[t], want[t + 1], store, draw_all=low)
+                                                 wide(state), params, want[t], want[t + 1], store, draw_all=low,
+                                                 keep=more and draw == 0 and t == 0)
                 errors[t] = {k: max(errors[t][k], v) for k, v in step.items()}
-                ahead.append((got, low_history))
-                if draw == 0 and t == 0:
-                    ahead += others
+                if more:
+                    ahead += [(got, low_history), *others]
+                del params, before, grads, state, low_history, update, got, others
             paths = ahead
     return tuple(errors)
 
 
-@functools.lru_cache(maxsize=8)
+@_one_model
 def reference_timed_steps(
     name: str, batch: int, data_dir: str, lstm_biases: int, unbiased_var: bool, eps_corrected: bool, dtype: str,
     calls: int = TIMED_CHECKED,
@@ -348,11 +381,12 @@ def _stored(dtype: str):
 
 
 def _step_errors(opt: Optimizer, update, grads: list[dict], low_grads: list[dict], low_state: dict, start: dict,
-                 before: dict, after: dict, stored, draw_all: bool) -> tuple[dict, dict, list]:
+                 before: dict, after: dict, stored, draw_all: bool, keep: bool = False) -> tuple[dict, dict, list]:
     """The emulated step from `start` that `update(low_grads, low_state)` makes, and each tensor's
     update error against the float64 step from `before` to `after` (made from `grads`): its own,
     and where the optimizer divides by the gradient (or `draw_all`, low precision) the other
-    orders' too; and those other orders' steps, each with the gradients it was made from."""
+    orders' too; and (with `keep`) those other orders' steps, each with the gradients it was made
+    from."""
     want = {k: after[k] - before[k] for k in after}
     got = stored(update(low_grads, low_state))
     errors = {k: relative(got[k] - start[k], want[k], after[k]) for k in after}
@@ -371,16 +405,19 @@ def _step_errors(opt: Optimizer, update, grads: list[dict], low_grads: list[dict
     # bfloat16, TensorFlow XLA's LSTM step is 24% off on the last dense layer, 8 times what
     # NumPy's own elements allowed), except where both make an exact 0 (a dead unit). A later
     # step's moments hold every earlier step's gradients, each moved the same way.
+    spreads = []
+    for g, lg in zip(grads, low_grads, strict=True):
+        spread = {k: 2 * np.abs(lg[k] - g[k]) for k in g}
+        if opt.name != "sgd":
+            spread = {k: np.where((g[k] == 0) & (lg[k] == 0), 0.0, d.max()) for k, d in spread.items()}
+        spreads.append(spread)
     for sign in (1.0, -1.0):
-        moved = []
-        for g, lg in zip(grads, low_grads, strict=True):
-            spread = {k: 2 * np.abs(lg[k] - g[k]) for k in g}
-            if opt.name != "sgd":
-                spread = {k: np.where((g[k] == 0) & (lg[k] == 0), 0.0, d.max()) for k, d in spread.items()}
-            moved.append({k: v + sign * spread[k] for k, v in lg.items()})
+        moved = [{k: v + sign * spread[k] for k, v in lg.items()} for spread, lg in zip(spreads, low_grads,
+                                                                                        strict=True)]
         other = stored(update(moved, low_state))
         errors = {k: max(errors[k], _change(other[k], got[k], want[k])) for k in after}
-        others.append((other, moved))
+        if keep:
+            others.append((other, moved))
     return got, errors, others
 
 
