@@ -7,17 +7,16 @@ from __future__ import annotations
 from opbench.suites import model_reference
 
 
-def test_a_trajectory_is_held_for_the_model_last_asked_about_only(monkeypatch):
-    monkeypatch.setattr(model_reference, "_ONE_MODEL", [])
-    monkeypatch.setattr(model_reference, "_held", [""])
+def test_a_trajectory_is_held_for_the_model_last_asked_about_only():
+    one_model = model_reference.OneModel()
     made: list[tuple] = []
 
-    @model_reference._one_model
+    @one_model
     def weights(name, batch):
         made.append((name, batch))
         return [name] * batch
 
-    @model_reference._one_model
+    @one_model
     def gradients(name, batch):
         made.append(("grads", name, batch))
         return batch
@@ -33,5 +32,5 @@ def test_a_trajectory_is_held_for_the_model_last_asked_about_only(monkeypatch):
 
 
 def test_the_weight_holding_references_are_the_one_model_caches():
-    held = {cache.__wrapped__.__name__ for cache in model_reference._ONE_MODEL}
+    held = {cache.__wrapped__.__name__ for cache in model_reference._one_model.caches}
     assert held == {"_first_pass_both", "_reference_sgd_both", "_timed_trajectory_both", "reference_timed_steps"}

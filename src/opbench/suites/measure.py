@@ -309,7 +309,7 @@ def measure(benchmark, bound) -> None:
     ready = setup(case, backend, state)
     with recording(benchmark, case, describe(case, backend, ready, state)):
         time_and_check(benchmark, case, ready.prepared, state)
-    if case.is_model and state.settings.breakdown != "off":  # after timing, never inside it
+    if ready.prepared.whole and state.settings.breakdown != "off":  # after timing, never inside it
         benchmark.extra_info["breakdown"] = breakdown(case, backend, ready.prepared.call, state.settings.breakdown,
                                                       state.threads)
 
@@ -354,7 +354,7 @@ def time_and_check(benchmark, case, prepared, state) -> None:
     """The timed rounds of a checked case and what follows them, for operators, models and users'
     functions (suites/functions.py) alike: load and peak memory over the rounds, the threads read
     again, the call after the rounds checked, the roofline, throughput, latency, the noise warning."""
-    if case.is_model:  # peak_rss_bytes: count this model's memory, not what earlier ones freed
+    if prepared.whole:  # peak_rss_bytes: count this model's memory, not what earlier ones freed
         from opbench.harness.allocator import release
 
         release()
@@ -373,8 +373,8 @@ def time_and_check(benchmark, case, prepared, state) -> None:
         **prepared.per_second(timed.median_s),
     )
     benchmark.extra_info.update(rss.as_extra())
-    if case.is_model:
-        benchmark.extra_info.update(peak_device_bytes=prepared.peak_memory() if prepared.peak_memory else None)
+    if prepared.peak_memory is not None:
+        benchmark.extra_info.update(peak_device_bytes=prepared.peak_memory())
     if case.direction == "inference":
         benchmark.extra_info.update(latency(benchmark))
     if prepared.after_timing:

@@ -49,26 +49,31 @@ DRAWS = 8
 # another (each suite lists its cases model by model). They are kept for the model last asked
 # about only: a worker holds one model's references, not the last four models' (which took a
 # torch worker of `make bench` past 7 GiB at ResNet-50, where the case alone peaks at 3.3 GiB).
-_ONE_MODEL: list = []  # the caches that hold one model each
-_held = [""]  # the model they hold
+class OneModel:
+    """Caches that hold one model's figures at a time: use it as a decorator of `fn(name, ...)`;
+    a call about a model other than the one held clears every cache it made first."""
+
+    def __init__(self) -> None:
+        self.caches: list = []
+        self.held = ""  # the model they hold
+
+    def __call__(self, fn):
+        memo = functools.cache(fn)
+        self.caches.append(memo)
+
+        @functools.wraps(fn)
+        def wrapper(name: str, *args, **kwargs):
+            if self.held != name:
+                for cache in self.caches:
+                    cache.cache_clear()
+                self.held = name
+            return memo(name, *args, **kwargs)
+
+        wrapper.cache_clear = memo.cache_clear  # type: ignore[attr-defined]
+        return wrapper
 
 
-def _one_model(fn):
-    """Cache `fn(name, ...)` for the model `name` last asked about; another model clears every
-    such cache first."""
-    memo = functools.cache(fn)
-    _ONE_MODEL.append(memo)
-
-    @functools.wraps(fn)
-    def wrapper(name: str, *args, **kwargs):
-        if _held[0] != name:
-            for cache in _ONE_MODEL:
-                cache.cache_clear()
-            _held[0] = name
-        return memo(name, *args, **kwargs)
-
-    wrapper.cache_clear = memo.cache_clear  # type: ignore[attr-defined]
-    return wrapper
+_one_model = OneModel()
 
 
 def initial_weights(model: ModelSpec) -> dict[str, np.ndarray]:

@@ -74,6 +74,10 @@ class Prepared:
     # from wherever they left it, which measure makes in place of the repeatable one
     after_rounds: Callable[[], Any] | None = None
     shares: list[float] = field(default_factory=list)  # each checked quantity's error / its allowance
+    # A whole workload (a model): the process's freed memory goes back to the system before its timed
+    # rounds, so that their peak_rss_bytes counts this case's memory, not what earlier cases freed; and
+    # --breakdown profiles its call after them
+    whole: bool = False
 
     @property
     def allowance_share(self) -> float:

@@ -310,17 +310,12 @@ def measure(benchmark, bound) -> None:
     """A checked run first (not timed: it proves the framework follows the plan and the reference),
     then ROUNDS timed whole runs, each checked again; the curves and time to accuracy go in
     extra_info. With --benchmark-disable (correctness only) the checked run is all that runs."""
-    import pytest
-
-    from opbench.suites.measure import identity, loaded, recording, threads_of
+    from opbench.suites.measure import loaded, recording, threads_of
 
     case, backend, state = bound.case, bound.backend, bound.state
     threads, observation = threads_of(case, backend, state)
     data_dir = state.settings.data_dir
-    try:
-        split = split_of(case.name, data_dir)
-    except datasets.DataError as exc:
-        pytest.fail(f"{'--data-dir' if data_dir else 'embedded data'}: {exc}", pytrace=False)
+    split = _split_or_fail(case, data_dir)
     model, plan, epochs = catalogue.get(case.name), Feed(split), case.p["epochs"]
     native = backend.build(model, init_params(model), case.device, case.dtype, case.mode)
     checked: list[tuple[Curve, int]] = []
@@ -331,11 +326,8 @@ def measure(benchmark, bound) -> None:
         check_evaluation(case, plan, curve)
         checked.append((curve, agreed))
 
-    extra = {**identity(case, backend, threads, 0.0), "threads_observed": observation, "batch": BATCH,
-             "epochs": epochs, "inputs": split.description, "train_samples": len(split.y_train),
-             "heldout_samples": len(split.y_held)}
     timed: list[Curve] = []
-    with recording(benchmark, case, extra):
+    with recording(benchmark, case, _described(case, backend, threads, observation, split)):
         if benchmark.disabled:  # correctness only: pytest-benchmark runs the checked run once, untimed
             benchmark.pedantic(checked_run)
         else:
@@ -349,3 +341,23 @@ def measure(benchmark, bound) -> None:
     (first, agreed), = checked
     benchmark.extra_info.update(summary(case.name, split.source, timed or [first], agreed,
                                         horizon(plan, len(first.losses))))
+
+
+def _split_or_fail(case: Case, data_dir: str):
+    """The case's dataset split, or the test failed with one line saying what is wrong with the data."""
+    import pytest
+
+    try:
+        return split_of(case.name, data_dir)
+    except datasets.DataError as exc:
+        pytest.fail(f"{'--data-dir' if data_dir else 'embedded data'}: {exc}", pytrace=False)
+
+
+def _described(case: Case, backend, threads: int, observation: str, split) -> dict:
+    """The run's extra_info before it runs: the case's identity, its threads as observed, the batch,
+    the epochs and the data."""
+    from opbench.suites.measure import identity
+
+    return {**identity(case, backend, threads, 0.0), "threads_observed": observation, "batch": BATCH,
+            "epochs": case.p["epochs"], "inputs": split.description, "train_samples": len(split.y_train),
+            "heldout_samples": len(split.y_held)}

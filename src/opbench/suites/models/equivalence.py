@@ -276,56 +276,82 @@ def prepare_model(case: Case, backend: Backend, settings=None) -> Prepared:
     in suites/registry.py: the run's `settings` give the --data-dir)."""
     data_dir = settings.data_dir if settings is not None else ""
     model = catalogue.get(case.name)
-    batch = case.p["batch"]
     lowp = precision.compute_dtype(case.dtype, case.device)
     used: list[float] = []  # every checked quantity's error as a share of its allowance
     if lowp != "float32":
         float32_twin(case, backend, data_dir, used)
     params = init_params(model)
-    native = backend.build(model, params, case.device, case.dtype, case.mode)
-    x, y = native.inputs(*datasets.batch(model, batch, data_dir))
-    extra = {"batch": batch, "params": count_params(model), "optimizer": model.optimizer.name,
-             "data": "real" if data_dir else "synthetic", "precision": case.dtype}
-
+    built = _Built(case, backend, backend.build(model, params, case.device, case.dtype, case.mode), params, lowp,
+                   data_dir, used)
     if case.direction == "training":
+        return built.training()
+    return built.inference()
+
+
+class _Built:
+    """One model case built in its framework, on the batch it is timed on, with what its check
+    reads: the reference's figures, the shares of their allowances each check used (`used`), and
+    the entries of extra_info, to which the check adds the types it read (`extra`)."""
+
+    def __init__(self, case: Case, backend: Backend, native, params: dict, lowp: str, data_dir: str,
+                 used: list[float]) -> None:
+        self.case, self.backend, self.native, self.params = case, backend, native, params  # params: the initial weights
+        self.lowp, self.data_dir, self.used = lowp, data_dir, used
+        self.model = catalogue.get(case.name)
+        self.batch = case.p["batch"]
+        self.x, self.y = native.inputs(*datasets.batch(self.model, self.batch, data_dir))
+        self.what = f"{case.framework} {case.mode} {case.name}"
+        self.extra = {"batch": self.batch, "params": count_params(self.model), "optimizer": self.model.optimizer.name,
+                      "data": "real" if data_dir else "synthetic", "precision": case.dtype,
+                      "least_flops": cost.least_flops(self.model, self.batch, case.direction)}
+
+    def _prepared(self, run, verify) -> Prepared:
+        case = self.case
+        return Prepared(case, self.backend, synchronised(run, self.backend, case.device), verify, None, 0.0, "-",
+                        extra=self.extra, items=self.batch, peak_memory=self.native.peak_memory, shares=self.used,
+                        least_flops=self.extra["least_flops"], ceiling_dtype=self.lowp,
+                        repeatable=case.direction == "inference", whole=True)
+
+    def training(self) -> Prepared:
+        """The training step at the study's optimizer, after SGD_STEPS checked steps at the check's
+        rate; its first call checked against the reference's loss and update, its next calls up to
+        TIMED_CHECKED and the call after the timed rounds too."""
+        case, backend, native, lowp, data_dir, used = (self.case, self.backend, self.native, self.lowp, self.data_dir,
+                                                       self.used)
         param_err = sgd_equivalence(case, backend, native, data_dir, used)
-        key = (case.name, batch, data_dir, SGD_STEPS, *conventions(case.name, native))
+        key = (case.name, self.batch, data_dir, SGD_STEPS, *conventions(case.name, native))
         want_loss = reference_sgd(*key)[0][0]
         allowance = loss_allowance(emulated_errors(*key, lowp), 0, want_loss, lowp)
-        native.set_params(params)
-        run = native.train_step(x, y, model.optimizer)
+        native.set_params(self.params)
 
         def verify(result) -> float:
             got = scalar(backend, result)
-            loss_err = check_loss(f"{case.framework} {case.mode} {case.name}: first loss", got, want_loss, allowance,
-                                  used)
-            step_err = check_timed_step(case, native, params, lowp, data_dir, used)
-            step_err = max(step_err, check_timed_calls(case, native, call, lowp, data_dir, used))
-            extra.update(check_precision_ran(case, native, x, y, lowp, result))
+            loss_err = check_loss(f"{self.what}: first loss", got, want_loss, allowance, used)
+            step_err = check_timed_step(case, native, self.params, lowp, data_dir, used)
+            step_err = max(step_err, check_timed_calls(case, native, prepared.call, lowp, data_dir, used))
+            self.extra.update(check_precision_ran(case, native, self.x, self.y, lowp, result))
             return max(param_err, loss_err, step_err)
-    else:
+
+        prepared = self._prepared(native.train_step(self.x, self.y, self.model.optimizer), verify)
+        prepared.after_rounds = lambda: check_after_rounds(case, backend, native, prepared.call, *datasets.batch(
+            self.model, self.batch, data_dir), lowp, used)
+        prepared.after_timing = lambda: time_to_target(case, backend, native, self.params)
+        return prepared
+
+    def inference(self) -> Prepared:
+        """The forward pass in inference mode, its logits checked against the reference's (and in
+        mixed precision, their error against what float32 and the low precision give)."""
+        case, backend, lowp, batch, data_dir = self.case, self.backend, self.lowp, self.batch, self.data_dir
         want_logits = reference_logits(case.name, batch, data_dir)
         allowed = emulated_logits(case.name, batch, data_dir, lowp).logits_max if lowp != "float32" else 0.0
-        run = native.infer(x)
 
         def verify(result) -> float:
             logits = backend.to_numpy(result).astype(np.float64)
-            err = check_logits(f"{case.framework} {case.mode} {case.name}", logits, want_logits, SLACK * allowed,
-                               used)
-            extra.update(check_precision_ran(case, native, x, y, lowp))
+            err = check_logits(self.what, logits, want_logits, SLACK * allowed, self.used)
+            self.extra.update(check_precision_ran(case, self.native, self.x, self.y, lowp))
             if lowp != "float32":
                 f32, low = (emulated_logits(case.name, batch, data_dir, t).logits_rel for t in ("float32", lowp))
-                check_low_precision(f"{case.framework} {case.mode} {case.name}: logits",
-                                    relative(logits, want_logits, want_logits), f32, low, lowp)
+                check_low_precision(f"{self.what}: logits", relative(logits, want_logits, want_logits), f32, low, lowp)
             return err
 
-    call = synchronised(run, backend, case.device)
-    extra["least_flops"] = cost.least_flops(model, batch, case.direction)
-    prepared = Prepared(case, backend, call, verify, None, 0.0, "-", extra=extra, items=batch,
-                        peak_memory=native.peak_memory, shares=used, least_flops=extra["least_flops"],
-                        ceiling_dtype=lowp, repeatable=case.direction == "inference")
-    if case.direction == "training":
-        prepared.after_rounds = lambda: check_after_rounds(case, backend, native, call, *datasets.batch(
-            model, batch, data_dir), lowp, used)
-        prepared.after_timing = lambda: time_to_target(case, backend, native, params)
-    return prepared
+        return self._prepared(self.native.infer(self.x), verify)
