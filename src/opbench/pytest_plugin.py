@@ -90,7 +90,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if len(settings.threads) > 1 and not os.environ.get(sweep.CHILD):
         return sweep.run(args, settings.threads, config.option)
     if settings.isolate == "framework" and not os.environ.get(isolation.CHILD):
-        return isolation.run(args, settings.frameworks, config.option, settings.worker_max_rss, show=_show_merged)
+        return isolation.run(args, settings.frameworks, config.option, settings.worker_max_rss, show=_show_merged,
+                             processes=settings.processes)
     return None
 
 

@@ -107,12 +107,55 @@ def test_a_worker_past_its_memory_limit_is_replaced_between_cases(pytester):
         assert bench["extra_info"]["peak_rss_bytes"] >= bench["extra_info"]["rss_before_bytes"] > 0
 
 
+def test_each_case_is_timed_in_as_many_fresh_workers_as_processes_asks_and_saved_once(pytester):
+    result, doc = _run(pytester, "--framework", "numpy", "--processes", "2", "--benchmark-min-rounds=4")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert _names(doc) == {f"test_{op}[numpy-cpu-eager-float32-256x1024]" for op in ("relu", "sigmoid")}
+    info = doc["machine_info"]["opbench"]
+    assert info["run"]["status"] == "complete"
+    assert info["isolate"]["workers"] == {"numpy": 2} and info["isolate"]["processes"] == 2
+    for bench in doc["benchmarks"]:
+        stats, processes = bench["stats"], bench["extra_info"]["processes"]
+        assert processes["count"] == 2 and len(processes["medians_s"]) == 2 and processes["spread"] >= 0
+        assert stats["rounds"] == len(stats["data"]) >= 4  # at least 2 rounds in each of the 2 processes
+        assert stats["min"] == min(stats["data"]) and min(processes["medians_s"]) <= stats["median"]
+        assert stats["median"] <= max(processes["medians_s"])
+
+
+def _bench(name: str, data: list[float], peak: int, busy: bool) -> dict:
+    return {"fullname": name, "name": name, "stats": {"data": data, "median": sorted(data)[len(data) // 2],
+                                                      "iterations": 1},
+            "extra_info": {"peak_rss_bytes": peak, "load": {"busy": busy, "other_cpus": 0.5 * busy}}}
+
+
+def test_a_case_is_pooled_over_every_process_or_left_out():
+    benches = [_bench("a", [1.0, 2.0], 10, False), _bench("b", [5.0], 1, False), _bench("c", [3.0], 1, False),
+               _bench("a", [3.0, 4.0], 30, True), _bench("c", [3.0], 1, False)]
+    failed = ["c"]  # timed twice, but failed in a third worker
+    out = isolation.pooled(benches, 2, failed)
+    assert [b["fullname"] for b in out] == ["a"] and failed == ["c", "b"]  # b: timed in one process of two
+    a = out[0]
+    assert a["stats"]["data"] == [1.0, 2.0, 3.0, 4.0] and a["stats"]["median"] == 2.5 and a["stats"]["rounds"] == 4
+    assert a["extra_info"]["peak_rss_bytes"] == 30 and a["extra_info"]["load"]["busy"] is True
+    assert a["extra_info"]["processes"] == {"count": 2, "medians_s": [2.0, 4.0], "spread": 2 / 3}
+
+
+def test_processes_split_the_rounds_and_the_time_between_them():
+    class Option:
+        benchmark_min_rounds, benchmark_max_time = 5, 1.0
+
+    args = ["benchmarks", "--benchmark-max-time=2", "-m", "relu"]
+    assert isolation.split_rounds(args, Option, 1) is args
+    assert isolation.split_rounds(args, Option, 2) == ["benchmarks", "-m", "relu", "--benchmark-min-rounds=3",
+                                                       "--benchmark-max-time=0.5"]
+
+
 def test_a_worker_keeps_the_flags_but_saving_and_the_framework():
     args = ["benchmarks", "--isolate", "framework", "--framework=numpy,torch", "--benchmark-autosave",
             "--benchmark-json", "x.json", "--worker-max-rss=8G", "-m", "relu"]
     assert isolation.child_args(args, "torch", "/t/w.json") == [
-        "benchmarks", "-m", "relu", "--framework=torch", "--isolate=none", "--benchmark-json=/t/w.json",
-        "-p", "no:faulthandler"]
+        "benchmarks", "-m", "relu", "--framework=torch", "--isolate=none", "--processes=1",
+        "--benchmark-json=/t/w.json", "-p", "no:faulthandler"]
 
 
 def test_a_torn_last_line_is_what_a_dying_worker_wrote_last(tmp_path):

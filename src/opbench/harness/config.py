@@ -162,6 +162,9 @@ OPTIONS = (
     Option("worker_max_rss", "auto", "with --isolate framework, a worker whose resident set passed this (bytes, or "
            "with K, M, G; auto: 4G, or half the machine's memory where that is less) is replaced by a fresh one "
            "before its next case"),
+    Option("processes", "1", "time each case in this many fresh workers, its rounds split between them, and save "
+           "the statistics over all their rounds with the spread between processes (pyperf's model; turns on "
+           "--isolate framework)"),
 )
 
 
@@ -216,6 +219,7 @@ class Settings:
     breakdown: str = "off"
     isolate: str = "none"
     worker_max_rss: int = 0  # bytes; 0: no limit
+    processes: int = 1  # workers per framework that each time every case (opbench.harness.isolation)
     workers: tuple[int, ...] = (1, 2)
     dist_timeout: float = 300.0
     # (option, how it was given: "--device gpu", "--device gpu (from OPBENCH_DEVICE)") for each choice
@@ -252,6 +256,13 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         except ConfigError as exc:
             raise ConfigError(f"{sources[option]}: {exc}") from None
 
+    processes = parse_count(values["processes"], sources["processes"])
+    isolate = named(parse_one, "isolate", ISOLATIONS)
+    if processes > 1 and isolate == "none":
+        if raw.get("isolate") is not None or "OPBENCH_ISOLATE" in environ:  # given, not the default
+            raise ConfigError(f"{sources['processes']} {processes} times each case in worker processes: it cannot "
+                              f"run with {sources['isolate']} none")
+        isolate = "framework"
     return Settings(
         frameworks=named(parse_names, "framework", FRAMEWORKS),
         devices=named(parse_names, "device", DEVICES),
@@ -267,8 +278,9 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         workloads=values["workloads"],
         malloc=named(parse_one, "malloc", MALLOC_MODES),
         breakdown=named(parse_one, "breakdown", BREAKDOWNS),
-        isolate=named(parse_one, "isolate", ISOLATIONS),
+        isolate=isolate,
         worker_max_rss=parse_size(values["worker_max_rss"], sources["worker_max_rss"]),
+        processes=processes,
         workers=parse_threads(values["workers"], sources["workers"]),
         dist_timeout=parse_number(values["dist_timeout"], sources["dist_timeout"], above=0),
         asked=tuple((o.name, sources[o.name].replace(o.flag, f"{o.flag} {values[o.name]}", 1)) for o in OPTIONS

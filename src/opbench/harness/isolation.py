@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -45,14 +46,14 @@ SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what
 MAX_RSS = "OPBENCH_ISOLATED_MAX_RSS"  # bytes; 0: no limit
 FIRST = "OPBENCH_ISOLATED_FIRST"  # set in the first framework's workers: they also run tests bound to no framework
 NO_TESTS, USAGE_ERROR = 5, 4  # pytest's exit codes
-_OWN_FLAGS = ("--framework", "--isolate", "--worker-max-rss")
+_OWN_FLAGS = ("--framework", "--isolate", "--worker-max-rss", "--processes")
 
 
 def child_args(args: list[str], framework: str, json_path: str) -> list[str]:
     """The parent's pytest arguments for one framework's worker: saving replaced by a JSON file
     the parent merges, the framework fixed, isolation off."""
     return [*children.without(args, (*children.SAVE_FLAGS, *_OWN_FLAGS)), f"--framework={framework}",
-            "--isolate=none", f"--benchmark-json={json_path}", "-p", "no:faulthandler"]
+            "--isolate=none", "--processes=1", f"--benchmark-json={json_path}", "-p", "no:faulthandler"]
 
 
 # ---- the worker's side -------------------------------------------------------------------------
@@ -230,24 +231,45 @@ class Outcome:
 
 
 def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
-        show: Callable[[dict], None] | None = None) -> int:
+        show: Callable[[dict], None] | None = None, processes: int = 1) -> int:
     """Run each framework's benchmarks in workers, merge, hand the merged document to `show` (the
-    plugin prints its side-by-side grid), save as the parent was asked to. Returns pytest's exit
-    code for the whole run."""
+    plugin prints its side-by-side grid), save as the parent was asked to. With `processes` N > 1,
+    every framework's cases run N times over, in fresh workers each time (frameworks alternated),
+    each with 1/N of the rounds, and each case is saved once with the statistics of all its rounds
+    (pooled). Returns pytest's exit code for the whole run."""
     outcome = Outcome()
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
-        for framework in frameworks:
-            _run_framework(framework, args, Path(tmp), max_rss, outcome, first=framework == frameworks[0])
+        for turn in range(processes):
+            for framework in frameworks:
+                _run_framework(framework, split_rounds(args, option, processes), Path(tmp) / f"p{turn}", max_rss,
+                               outcome, first=framework == frameworks[0])
+                if outcome.interrupted or USAGE_ERROR in outcome.codes:
+                    break
             if outcome.interrupted or USAGE_ERROR in outcome.codes:
                 break
     if outcome.interrupted:
         print("opbench: interrupted; saving the cases that finished", file=sys.stderr, flush=True)
     if outcome.benches or outcome.failed:
-        merged = merge(outcome, max_rss)
+        merged = merge(outcome, max_rss, processes)
         if show is not None and not getattr(option, "benchmark_disable", False):
             show(merged)  # every worker's cases, side by side
         children.save(merged, option, _autosave_name(), "isolated run")
     return outcome.code
+
+
+_ROUNDS_FLAGS = ("--benchmark-min-rounds", "--benchmark-max-time")
+
+
+def split_rounds(args: list[str], option, processes: int) -> list[str]:
+    """The arguments of one of `processes` workers that time the same cases: pytest-benchmark's
+    least rounds and time per case divided between them (each still warms up and calibrates on its
+    own, as a fresh process must)."""
+    if processes == 1:
+        return args
+    rounds = -(-int(getattr(option, "benchmark_min_rounds", 5) or 5) // processes)
+    seconds = float(getattr(option, "benchmark_max_time", 1.0) or 1.0) / processes
+    return [*children.without(args, _ROUNDS_FLAGS), f"--benchmark-min-rounds={rounds}",
+            f"--benchmark-max-time={seconds:g}"]
 
 
 def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, outcome: Outcome, first: bool) -> None:
@@ -255,6 +277,7 @@ def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, out
     Each worker leaves out every case an earlier one started, so the loop ends: a worker that
     starts no case is the last."""
     started: list[str] = []
+    tmp.mkdir(exist_ok=True)
     for attempt in itertools.count(1):
         stem = tmp / f"{framework}-{attempt}"
         skip, progress_path, json_path = (stem.with_suffix(x) for x in (".skip", ".jsonl", ".json"))
@@ -263,7 +286,7 @@ def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, out
                FIRST: "1" if first else ""}
         cmd = [sys.executable, "-m", "pytest", *child_args(args, framework, str(json_path))]
         code, stopped = children.run_child(cmd, env)
-        outcome.workers[framework] = attempt
+        outcome.workers[framework] = outcome.workers.get(framework, 0) + 1
         progress = read_progress(progress_path)
         outcome.benches += progress.benches
         outcome.failed += progress.failed
@@ -295,13 +318,15 @@ def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, out
         return
 
 
-def merge(outcome: Outcome, max_rss: int) -> dict:
-    """One pytest-benchmark document from every worker's: their benchmarks in the order they ran,
-    machine_info's per-framework facts united, and the run's status over all of them."""
+def merge(outcome: Outcome, max_rss: int, processes: int = 1) -> dict:
+    """One pytest-benchmark document from every worker's: their benchmarks in the order they ran
+    (with `processes` N > 1, each case's N processes pooled into one: pooled()), machine_info's
+    per-framework facts united, and the run's status over all of them."""
     docs = outcome.documents
+    failed = list(dict.fromkeys(outcome.failed))
     merged = dict(docs[0]) if docs else {"machine_info": {}, "commit_info": {}, "version": _version()}
     merged["datetime"] = datetime.now(timezone.utc).isoformat()
-    merged["benchmarks"] = list(outcome.benches)
+    merged["benchmarks"] = list(outcome.benches) if processes == 1 else pooled(outcome.benches, processes, failed)
     machine = merged["machine_info"] = dict(merged.get("machine_info") or {})
     info = machine["opbench"] = dict(machine.get("opbench") or {})
     for doc in docs[1:]:
@@ -310,11 +335,53 @@ def merge(outcome: Outcome, max_rss: int) -> dict:
                 info[key] = {**info[key], **value}
             else:
                 info.setdefault(key, value)
-    status = "interrupted" if outcome.interrupted else "failed" if outcome.failed else "complete"
-    info["run"] = {"status": status, "failed": list(dict.fromkeys(outcome.failed))}
+    status = "interrupted" if outcome.interrupted else "failed" if failed else "complete"
+    info["run"] = {"status": status, "failed": failed}
     info["isolate"] = {"by": "framework", "workers": dict(outcome.workers), "crashed": list(outcome.crashes),
-                       "worker_max_rss": max_rss or None}
+                       "worker_max_rss": max_rss or None, "processes": processes}
     return merged
+
+
+def pooled(benches: list[dict], processes: int, failed: list[str]) -> list[dict]:
+    """Each case timed in `processes` workers as one benchmark, in the order the first ran them:
+    pytest-benchmark's statistics over every round of every process (each round's time per call),
+    extra_info from the first process but for what the processes tell apart: the largest peak
+    memory, the busiest machine load, and `processes`, each process's median and their spread
+    ((max - min) / median of the medians: what the process lifetime alone moves, pyperf's point).
+    A case that failed in any process, or was not timed in all of them, is left out (the run's
+    failed list names it): a figure over fewer processes than asked is not the figure asked for."""
+    from pytest_benchmark.stats import Stats
+
+    from opbench.core import schema
+
+    runs: dict[str, list[dict]] = {}
+    for bench in benches:
+        runs.setdefault(bench["fullname"], []).append(bench)
+    out = []
+    for name, each in runs.items():
+        if name in failed or len(each) != processes or any(not (b.get("stats") or {}).get("data") for b in each):
+            if name not in failed:
+                failed.append(name)
+            continue
+        stats = Stats()
+        for bench in each:
+            for value in bench["stats"]["data"]:
+                stats.update(value)
+        medians = [float(b["stats"]["median"]) for b in each]
+        first = each[0]
+        extra = dict(first.get("extra_info") or {})
+        peaks = [(b.get("extra_info") or {}).get("peak_rss_bytes") for b in each]
+        if all(isinstance(p, int | float) for p in peaks):
+            extra["peak_rss_bytes"] = max(peaks)
+        loads = [(b.get("extra_info") or {}).get(schema.LOAD) for b in each]
+        if all(isinstance(load, dict) for load in loads):
+            extra[schema.LOAD] = max(loads, key=lambda load: (bool(load.get("busy")), load.get("other_cpus", 0)))
+        middle = statistics.median(medians)
+        extra["processes"] = {"count": processes, "medians_s": medians,
+                              "spread": (max(medians) - min(medians)) / middle if middle > 0 else None}
+        out.append({**first, "extra_info": extra, "stats": {**stats.as_dict(), "data": list(stats.data),
+                                                            "iterations": first["stats"].get("iterations", 1)}})
+    return out
 
 
 def _version() -> str:
