@@ -519,6 +519,59 @@ def test_the_real_worker_answers_the_protocol(tmp_path):
     assert w.proc.returncode is not None
 
 
+OWN = """
+import numpy as np
+import pytest
+
+WANT = np.arange(4096.0) * 2
+
+def test_double(fw, benchmark):
+    x, f = fw.array(np.arange(4096.0)), fw.compile(lambda a: a * 2)
+    fw.measure(benchmark, lambda: f(x), WANT)
+
+def test_double_off(fw, benchmark):
+    x, f = fw.array(np.arange(4096.0)), fw.compile(lambda a: a * 2.001)
+    fw.measure(benchmark, lambda: f(x), WANT)
+
+@pytest.mark.parametrize("scale", [3])
+def test_scaled(fw, benchmark, scale):
+    x = fw.array(np.arange(4096.0))
+    fw.measure(benchmark, lambda: x * scale, np.arange(4096.0) * scale)
+
+def test_with_a_folder(fw, benchmark, tmp_path):
+    fw.measure(benchmark, lambda: fw.array([1.0]), np.ones(1))
+
+def test_timing_nothing(fw, benchmark):
+    fw.array([1.0])
+"""
+
+
+def test_the_real_worker_times_a_users_fw_test_as_the_test_hands_it_to_measure(tmp_path):
+    (tmp_path / "test_own.py").write_text(OWN)
+    w = WorkerProcess("baseline", [sys.executable, "-m", "opbench.regression.worker"], dict(os.environ),
+                      tmp_path / "w.log")
+    try:
+        ids = w.ask({"cmd": "collect", "args": [str(tmp_path / "test_own.py"), "--framework", "numpy",
+                                                 "--rootdir", str(tmp_path)]}, 300)["ids"]
+        named = {i.split("::")[1].split("[")[0]: i for i in ids}
+        assert set(named) == {"test_double", "test_double_off", "test_scaled", "test_with_a_folder",
+                              "test_timing_nothing"} and named["test_double"].endswith("[numpy-cpu-eager-float32]")
+        ready = w.ask({"cmd": "prepare", "id": named["test_double"]}, 300)
+        assert ready["outcome"] == "ready" and ready["extra_info"]["max_abs_err"] == 0, ready
+        burst = w.ask({"cmd": "burst", "loops": 3, "rounds": 2}, 60)
+        assert len(burst["times"]) == 2 and all(t > 0 for t in burst["times"])
+        assert w.ask({"cmd": "check"}, 60) == {"ok": True, "outcome": "ready"}
+        assert w.ask({"cmd": "prepare", "id": named["test_scaled"]}, 300)["outcome"] == "ready"
+        wrong = w.ask({"cmd": "prepare", "id": named["test_double_off"]}, 300)
+        assert wrong["outcome"] == "wrong" and "differs from NumPy" in wrong["message"], wrong
+        folder = w.ask({"cmd": "prepare", "id": named["test_with_a_folder"]}, 300)
+        assert folder["outcome"] == "skipped" and "also asks for tmp_path" in folder["message"], folder
+        nothing = w.ask({"cmd": "prepare", "id": named["test_timing_nothing"]}, 300)
+        assert nothing["outcome"] == "skipped" and "timed nothing" in nothing["message"], nothing
+    finally:
+        w.close()
+
+
 def test_a_released_benchmark_is_collected_and_the_survivors_frozen():
     """The worker's release collects the benchmark's garbage and freezes what survives, so that
     later collections scan only new objects (the real worker runs with freeze=True)."""

@@ -31,7 +31,8 @@ def steal_ticks() -> int:
 
 
 class Collector:
-    """A pytest plugin that keeps the collected opbench items (case and session state by node id)."""
+    """A pytest plugin that keeps the collected opbench items (name, case, fixture and the item
+    itself, by node id) and the session state."""
 
     def __init__(self) -> None:
         self.items: dict[str, Any] = {}
@@ -43,9 +44,9 @@ class Collector:
         self.state = session.config.stash.get(STATE, None)
         for item in session.items:
             params = getattr(getattr(item, "callspec", None), "params", {})
-            case = next((params[f] for f in registry.PAIRED if f in params), None)
-            if case is not None:
-                self.items[item.nodeid] = (item.name, case)
+            fixture = next((f for f in registry.PAIRED if f in params), None)
+            if fixture is not None:
+                self.items[item.nodeid] = (item.name, params[fixture], fixture, item)
 
 
 class Worker:
@@ -106,7 +107,7 @@ class Worker:
         from opbench.suites.prepared import CorrectnessError
 
         self.release()
-        name, case = self.collector.items[node_id]
+        name, case, fixture, item = self.collector.items[node_id]
         state = self.collector.state
         admission = admit(case)
         if admission.unavailable:
@@ -115,7 +116,8 @@ class Worker:
             return {"ok": True, "outcome": "xfail", "message": admission.issue.reason}
         backend = admission.backend
         try:
-            ready = setup(case, backend, state, known_ok=True)
+            ready = registry.ready_from_test(fixture, item, case, backend, state) or setup(case, backend, state,
+                                                                                          known_ok=True)
         except pytest.skip.Exception as exc:
             return {"ok": True, "outcome": "skipped", "message": one_line(exc)}
         except CorrectnessError as exc:  # its check failed: what the framework computes, not a crash
@@ -134,7 +136,7 @@ class Worker:
         from opbench.suites.measure import threads_of
         from opbench.suites.prepared import require
 
-        _, case = self.collector.items[node_id]
+        case = self.collector.items[node_id][1]
         try:
             threads_of(case, require(case), self.collector.state)
         except Exception as exc:

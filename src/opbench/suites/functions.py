@@ -156,9 +156,47 @@ class Runner:
         ready = measuring.Ready(prepared, threads, how, first_s, err, aids={},
                                 openmp_shared=openmp.shared_with(state.openmp_teams, case.framework, case.device,
                                                                  threads))
+        if isinstance(benchmark, Capture):  # the paired gate's worker times it in its own bursts
+            benchmark.take(ready)
+            return result
         with measuring.recording(benchmark, case, measuring.describe(case, backend, ready, state)):
             measuring.time_and_check(benchmark, case, prepared, state)
         return result
+
+
+class Capture:
+    """What the paired gate's worker passes a `fw` test as its `benchmark`: Runner.measure hands it
+    the checked call (a measure.Ready) instead of timing it, and the worker times that call in
+    its bursts, beside the other side's."""
+
+    def __init__(self) -> None:
+        self.ready: measuring.Ready | None = None
+
+    def take(self, ready: measuring.Ready) -> None:
+        if self.ready is not None:
+            raise RuntimeError("the test called fw.measure twice: a benchmark times one call (pytest-benchmark's "
+                               "fixture, too, can be used once per test)")
+        self.ready = ready
+
+
+def ready_from_test(item, case: Case, backend: Backend, state: Session) -> measuring.Ready:
+    """A `fw` test's checked call for the paired gate's worker: the test function itself run (its
+    arguments: a Runner as `fw`, a Capture as `benchmark`, its own parameters), up to the call it
+    hands fw.measure, checked there as in any run. A test that asks for other fixtures, or times
+    nothing through fw.measure, is skipped with the reason."""
+    import pytest
+
+    params = dict(getattr(getattr(item, "callspec", None), "params", {}))
+    given = {"fw": Runner(case, backend, state), "benchmark": Capture()}
+    names = tuple(item._fixtureinfo.argnames)
+    others = [n for n in names if n not in given and n not in params]
+    if others:
+        pytest.skip(f"the paired gate gives a fw test its fw, its benchmark and its parameters; {item.name} also asks "
+                    f"for {', '.join(others)}")
+    item.obj(**{n: given[n] if n in given else params[n] for n in names})
+    if given["benchmark"].ready is None:
+        pytest.skip(f"{item.name} timed nothing through fw.measure(benchmark, ...)")
+    return given["benchmark"].ready
 
 
 def bind(case: Case, request, state) -> Runner:

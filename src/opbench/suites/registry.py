@@ -49,6 +49,9 @@ class Suite:
     # preparer, "module:function": (case, backend, settings) -> Prepared, checked before it is timed.
     kind: str = ""
     prepare: str = ""
+    # Where a case is prepared by running its test up to the call it times (the paired gate's worker):
+    # "module:function": (item, case, backend, state) -> measure.Ready
+    from_test: str = ""
 
     def cases(self, request: Request) -> Listing:
         lister: Callable[[Request], Listing] = _named(self.listing)
@@ -71,7 +74,8 @@ SUITES = (
           paired=True, kind="model", prepare="opbench.suites.models.equivalence:prepare_model"),
     Suite("fw", "One framework in one mode, on one device and dtype, for a test of the user's own code "
           "(opbench.suites.functions.Runner): skipped with the reason where it cannot run here.",
-          "opbench.suites.functions:listing", "opbench.suites.functions:bind"),
+          "opbench.suites.functions:listing", "opbench.suites.functions:bind", paired=True,
+          from_test="opbench.suites.functions:ready_from_test"),
     Suite("convergence_case", "The convergence case of this test item: a whole training run on real data.",
           "opbench.suites.convergence.training:listing"),
     Suite("dist_case", "The distributed case of this test item (its workers start in the benchmark, not here).",
@@ -79,6 +83,18 @@ SUITES = (
 )
 FIXTURES = tuple(suite.fixture for suite in SUITES)
 PAIRED = tuple(suite.fixture for suite in SUITES if suite.paired)
+
+
+def suite(fixture: str) -> Suite:
+    """The row of the suite whose benchmarks ask for `fixture`."""
+    return next(s for s in SUITES if s.fixture == fixture)
+
+
+def ready_from_test(fixture: str, item, case, backend, state):
+    """For a suite whose cases are prepared by their test (Suite.from_test), the checked call of
+    `item`; None for the others, which measure.setup prepares from the case alone."""
+    row = suite(fixture)
+    return _named(row.from_test)(item, case, backend, state) if row.from_test else None
 
 
 def prepare(case, backend, settings=None):
