@@ -91,7 +91,7 @@ def test_each_framework_is_imported_in_its_own_folder_only():
 # No suite imports another (#58): what every suite shares lives beside them (suites/prepared.py,
 # measure.py, target.py, the model check's model_reference.py and model_check.py), and a case is
 # prepared by the suite its kind belongs to through suites/registry.py (the breakdown's prediction
-# times operator cases through measure.verified).
+# times operator cases through registry.verified).
 def test_no_suite_imports_another():
     suites = PACKAGE / "suites"
     checked = 0

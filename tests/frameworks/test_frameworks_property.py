@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from opbench import frameworks
 from opbench.core.case import Case
 from opbench.suites import prepared as shared
-from opbench.suites.measure import admit, verified
+from opbench.suites.measure import admit
 from opbench.suites.ops import generate
+from opbench.suites.registry import verified
 from opbench.workloads import ops
 
 

@@ -25,10 +25,10 @@ from opbench.suites.measure import (
     latency,
     measure,
     pin_threads,
-    verified,
     warn_if_noisy,
 )
 from opbench.suites.ops import prepare
+from opbench.suites.registry import verified
 from opbench.testing import inject
 from opbench.workloads import ops
 

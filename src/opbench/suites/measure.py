@@ -78,7 +78,7 @@ def observed_threads(backend: Backend, mode: str, wanted: int, state: Session) -
         if not TASKS.is_dir():
             state.observed[key] = (said, f"not observed ({TASKS} does not exist): the framework's own count")
         else:
-            prepared, _ = verified(calibration_case(backend.name, mode), backend)
+            prepared, _ = registry.verified(calibration_case(backend.name, mode), backend)
             tries = [observe(prepared.call)]
             for i in range(1, OBSERVE_TRIES):  # a team seen other than asked is looked at again, longer:
                 if tries[-1].count == wanted:   # on a loaded machine a helper thread can pass the share
@@ -152,15 +152,6 @@ def warn_if_noisy(name: str, timed: Timing) -> None:
             NoisyMeasurement,
             stacklevel=2,
         )
-
-
-def verified(case: Case, backend: Backend, settings=None) -> tuple[Any, float]:
-    """`case` prepared by its suite and checked against NumPy on one call: (prepared, its max abs
-    error). Correct before fast: everything that times a prepared case outside the benchmarks (the
-    breakdown's prediction, the thread calibration, the property tests) starts here; the
-    benchmarks' own setup times that first call too (setup)."""
-    prepared = registry.prepare(case, backend, settings)
-    return prepared, prepared.verify(prepared.call())
 
 
 @dataclass

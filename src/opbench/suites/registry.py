@@ -103,3 +103,12 @@ def prepare(case, backend, settings=None):
     if suite is None:
         raise KeyError(f"no suite prepares a case of kind {case.kind!r}; suites/registry.py lists them")
     return _named(suite.prepare)(case, backend, settings)
+
+
+def verified(case, backend, settings=None) -> tuple[Any, float]:
+    """`case` prepared by its suite and checked against NumPy on one call: (prepared, its max abs
+    error). Correct before fast: everything that times a prepared case outside the benchmarks (the
+    breakdown's prediction, the thread calibration, the property tests) starts here; the
+    benchmarks' own setup (suites/measure.py) times that first call too."""
+    prepared = prepare(case, backend, settings)
+    return prepared, prepared.verify(prepared.call())

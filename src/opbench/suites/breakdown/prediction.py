@@ -21,7 +21,7 @@ from opbench.core.case import Case
 from opbench.core.errors import one_line
 from opbench.frameworks.base import Backend
 from opbench.harness import timing
-from opbench.suites.measure import verified
+from opbench.suites.registry import verified
 from opbench.workloads import ops
 from opbench.workloads.models.spec import (
     LSTM,
