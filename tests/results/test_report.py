@@ -69,6 +69,15 @@ def test_empty_tables_are_left_out_and_peak_memory_is_shown(tmp_path):
     assert memory == [("mlp-training[cpu-float32-mlp-b128]", "300 MiB")]
 
 
+def test_the_spread_between_processes_has_its_table_only_where_a_case_was_timed_in_several(tmp_path):
+    pooled = _gemm(256, 1e-3, processes={"count": 3, "medians_s": [1e-3, 1.1e-3, 0.9e-3], "spread": 0.2})
+    titles = [t for t, _, _ in report.tables(report.grid([load_run(write(tmp_path / "one.json", [_gemm(256, 1e-3)]))]))]
+    assert report.PROCESSES_TITLE not in titles
+    rows = next(rows for t, _, rows in report.tables(report.grid([load_run(write(tmp_path / "p.json", [pooled]))]))
+                if t == report.PROCESSES_TITLE)
+    assert rows == [("gemm-forward[cpu-float32-256x256x256]", "20.0% over 3")]
+
+
 def test_a_far_off_prediction_does_not_squash_the_breakdown_bar():
     """A 99 ms prediction beside a 3.4 ms step: the axis stops at 1.5 x the bar, and the
     prediction is an arrow at the top with its value."""

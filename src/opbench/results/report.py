@@ -25,6 +25,7 @@ class Cell:
     ran: str | None = None  # what was observed to run: threads, and a model's compute type
     busy: bool = False  # timed while other work took more CPUs than were free
     memory: tuple[float | None, float | None] = (None, None)  # peak resident set, peak device memory (bytes)
+    processes: tuple[int, float] | None = None  # --processes: how many, and the spread of their medians
 
 
 @dataclass
@@ -54,7 +55,15 @@ def cell_of(bench: Bench) -> Cell:
                 # %-of-peak only for exact FLOP counts (results before the flag: all)
                 e.get("peak_gflops") if e.get("flops_exact", True) else None,
                 e.get("numpy_gemm_gflops"), None if None in latency else latency, _ran(e), schema.busy(e),
-                (rss, e.get("peak_device_bytes")))
+                (rss, e.get("peak_device_bytes")), _processes(e))
+
+
+def _processes(extra: dict) -> tuple[int, float] | None:
+    """(count, spread) of a case timed in several processes (--processes; isolation.pooled)."""
+    p = extra.get("processes")
+    if not isinstance(p, dict) or not isinstance(p.get("spread"), int | float):
+        return None
+    return int(p.get("count") or 0), float(p["spread"])
 
 
 def grid(runs: list[Run]) -> Grid:
@@ -166,6 +175,15 @@ RAN_TITLE = ("what ran, observed: threads (per-thread CPU time), a model's compu
              "product type (read from the framework), another framework's team on the same OpenMP runtime")
 
 
+def _between_processes(g, r, c):
+    cell = g.row(r).get(c)
+    return f"{cell.processes[1]:.1%} over {cell.processes[0]}{_busy(cell)}" if cell and cell.processes else "-"
+
+
+PROCESSES_TITLE = (f"spread between processes: (max - min) / median of each process's median, over N processes "
+                   f"(--processes; {ON_BUSY})")
+
+
 def _what_ran(g, r, c):
     cell = g.row(r).get(c)
     return cell.ran if cell and cell.ran else "-"
@@ -200,7 +218,8 @@ def tables(g: Grid) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
     """(title, header, rows) for every metric, each over only the rows that have a value in it, and
     only when there are any (a GFLOP/s table of models alone would be all '-'); the mixed-precision
     table over amp rows with a float32 twin."""
-    metrics = (*METRICS, (LATENCY_TITLE, _latencies), (MEMORY_TITLE, _memory), (RAN_TITLE, _what_ran))
+    metrics = (*METRICS, (PROCESSES_TITLE, _between_processes), (LATENCY_TITLE, _latencies), (MEMORY_TITLE, _memory),
+               (RAN_TITLE, _what_ran))
     out = []
     for title, metric in metrics:
         rows = _metric_rows(g, metric) if metric is _time else _filled(_metric_rows(g, metric))
