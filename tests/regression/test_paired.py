@@ -784,3 +784,22 @@ def test_a_call_that_goes_wrong_after_the_bursts_is_a_correctness_change_not_a_t
         pairs = list(zip(w.asked, w.asked[1:], strict=False))  # last burst, before its release
         assert ("burst", "release") not in pairs and ("burst", "check") in pairs
         assert all(after == "release" for cmd, after in pairs if cmd == "check")
+
+
+def test_each_side_keeps_its_compiled_kernels_and_both_share_the_references_under_the_workdir(tmp_path,
+                                                                                              monkeypatch):
+    from opbench.regression import paired
+
+    for name in (*paired.CACHES, *paired.SIDE_CACHES):
+        monkeypatch.delenv(name, raising=False)
+    base = paired.side_env("baseline", {}, tmp_path)
+    cand = paired.side_env("candidate", {"JAX_COMPILATION_CACHE_DIR": "/mine"}, tmp_path)
+    caches = tmp_path.resolve() / "caches"
+    assert base["OPBENCH_REFERENCE_CACHE"] == cand["OPBENCH_REFERENCE_CACHE"] == str(caches / "references")
+    assert base["TORCHINDUCTOR_CACHE_DIR"] == str(caches / "baseline" / "inductor")
+    assert cand["TORCHINDUCTOR_CACHE_DIR"] == str(caches / "candidate" / "inductor")
+    assert base["JAX_COMPILATION_CACHE_DIR"] == str(caches / "baseline" / "jax")
+    assert cand["JAX_COMPILATION_CACHE_DIR"] == "/mine"  # a side's own entry wins
+    monkeypatch.setenv("OPBENCH_REFERENCE_CACHE", "/kept")  # and so does the user's own variable
+    assert paired.side_env("baseline", {}, tmp_path)["OPBENCH_REFERENCE_CACHE"] == "/kept"
+    assert base["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -32,9 +32,8 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
     if not pytest_args:
         raise ResultsError("give the benchmarks to compare after '--', e.g. -- benchmarks/ops -m 'torch and gemm'")
     check_plan(plan)
-    base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    sides = tuple(Side(name, python, {**base_env, **env}) for name, python, env in zip(SIDES, pythons, envs,
-                                                                                       strict=True))
+    sides = tuple(Side(name, python, side_env(name, env, workdir)) for name, python, env in zip(SIDES, pythons, envs,
+                                                                                                strict=True))
     folder = fresh_folder(workdir)
     gate = PairedGate(sides, pytest_args, folder, plan, rule_for)
     try:
@@ -47,6 +46,27 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
         raise Interrupted(decisions.comparison(gate), folder) from None
     decisions.save(gate, folder)
     return decisions.comparison(gate), folder
+
+
+# What a fresh worker pair would otherwise make again, kept on disk under the gate's --workdir (and
+# so across runs that reuse it): the model check's float64 emulations, shared by both sides (their
+# store is keyed by NumPy, its BLAS, the CPU and opbench's sources: a side with another NumPy makes
+# its own), and each side's compiled kernels (torch.compile's C++ and JAX's XLA executables, keyed by
+# their framework's version, one folder per side all the same). A variable the user set wins.
+CACHES = {"OPBENCH_REFERENCE_CACHE": "references"}
+SIDE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "JAX_COMPILATION_CACHE_DIR": "jax"}
+
+
+def side_env(side: str, env: Mapping[str, str], workdir: Path) -> dict[str, str]:
+    """The environment of one side's workers: this process's, its own entries (--baseline-env,
+    --candidate-env), and the caches above where neither names them."""
+    caches = Path(workdir).resolve() / "caches"
+    out = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env}
+    for name, folder in CACHES.items():
+        out.setdefault(name, str(caches / folder))
+    for name, folder in SIDE_CACHES.items():
+        out.setdefault(name, str(caches / side / folder))
+    return out
 
 
 class Interrupted(KeyboardInterrupt):
