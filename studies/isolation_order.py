@@ -39,7 +39,8 @@ WAYS = ("alone", "mixed", "isolated")
 
 
 def pytest(path: str, args: list[str], out: Path) -> dict[str, tuple[float, float]]:
-    """One pytest run of `path` saving `out`: each benchmark's (median s, peak RSS bytes)."""
+    """One pytest run of `path` (a folder, or one node id) saving `out`: each benchmark's (median
+    s, peak RSS bytes)."""
     cmd = [sys.executable, "-m", "pytest", path, "-q", "-p", "no:cacheprovider",
            "--benchmark-max-time=0.5", f"--benchmark-json={out}", *args]
     subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
@@ -62,8 +63,8 @@ def collect(path: str, markers: str, extra: list[str]) -> list[str]:
 def one_way(way: str, ids: list[str], path: str, markers: str, extra: list[str], folder: Path, run: int) -> dict:
     if way == "alone":
         found = {}
-        for i, node in enumerate(ids):
-            found |= pytest(path, [node, *extra], folder / f"{run}-alone-{i}.json")
+        for i, node in enumerate(ids):  # the node alone: with its folder beside it, pytest would run the folder
+            found |= pytest(node, extra, folder / f"{run}-alone-{i}.json")
         return found
     isolate = ["--isolate", "framework"] if way == "isolated" else []
     return pytest(path, ["-m", markers, *isolate, *extra], folder / f"{run}-{way}.json")
