@@ -239,12 +239,10 @@ def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
     (pooled). Returns pytest's exit code for the whole run."""
     outcome = Outcome()
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
-        for turn in range(processes):
-            for framework in frameworks:
-                _run_framework(framework, split_rounds(args, option, processes), Path(tmp) / f"p{turn}", max_rss,
-                               outcome, first=framework == frameworks[0])
-                if outcome.interrupted or USAGE_ERROR in outcome.codes:
-                    break
+        worker_args = split_rounds(args, option, processes)
+        for turn, framework in itertools.product(range(processes), frameworks):
+            _run_framework(framework, worker_args, Path(tmp) / f"p{turn}", max_rss, outcome,
+                           first=framework == frameworks[0])
             if outcome.interrupted or USAGE_ERROR in outcome.codes:
                 break
     if outcome.interrupted:
