@@ -34,3 +34,37 @@ def test_a_trajectory_is_held_for_the_model_last_asked_about_only():
 def test_the_weight_holding_references_are_the_one_model_caches():
     held = {cache.__wrapped__.__name__ for cache in model_reference._one_model.caches}
     assert held == {"_first_pass_both", "_reference_sgd_both", "_timed_trajectory_both", "reference_timed_steps"}
+
+
+def test_a_model_case_lets_the_last_models_trajectories_go_before_it_is_built(monkeypatch):
+    """An inference case asks for no trajectory, so without hold_only it would keep the last trained
+    model's in memory and count them in its peak."""
+    from opbench.core.case import Case
+    from opbench.suites.models import equivalence
+
+    one_model = model_reference.OneModel()
+    monkeypatch.setattr(model_reference, "_one_model", one_model)
+    made: list[str] = []
+
+    @one_model
+    def trajectory(name):
+        made.append(name)
+        return [name]
+
+    trajectory("resnet50")
+    built: list[str] = []
+
+    def stop_at_build(*args, **kwargs):
+        built.append(one_model.held)
+        raise RuntimeError("built")
+
+    monkeypatch.setattr(equivalence, "init_params", stop_at_build)
+    case = Case(kind="model", name="mlp", family="e2e", direction="inference", framework="torch", device="cpu",
+                mode="eager", dtype="float32", label="mlp-b1", params=(("batch", 1),))
+    try:
+        equivalence.prepare_model(case, backend=None)
+    except RuntimeError:
+        pass
+    assert built == ["mlp"]  # the resnet50 cache was cleared before the build
+    trajectory("resnet50")
+    assert made == ["resnet50", "resnet50"]

@@ -43,6 +43,7 @@ from opbench.suites.model_reference import (
     conventions,
     emulated_errors,
     emulated_logits,
+    hold_only,
     reference_logits,
     reference_sgd,
     reference_timed_steps,
@@ -276,6 +277,7 @@ def prepare_model(case: Case, backend: Backend, settings=None) -> Prepared:
     in suites/registry.py: the run's `settings` give the --data-dir)."""
     data_dir = settings.data_dir if settings is not None else ""
     model = catalogue.get(case.name)
+    hold_only(case.name)  # the case's memory is its own model's, never the last one's references
     lowp = precision.compute_dtype(case.dtype, case.device)
     used: list[float] = []  # every checked quantity's error as a share of its allowance
     if lowp != "float32":
