@@ -4,6 +4,8 @@ checks one model's cases one after another."""
 
 from __future__ import annotations
 
+import pytest
+
 from opbench.suites import model_reference
 
 
@@ -61,10 +63,8 @@ def test_a_model_case_lets_the_last_models_trajectories_go_before_it_is_built(mo
     monkeypatch.setattr(equivalence, "init_params", stop_at_build)
     case = Case(kind="model", name="mlp", family="e2e", direction="inference", framework="torch", device="cpu",
                 mode="eager", dtype="float32", label="mlp-b1", params=(("batch", 1),))
-    try:
+    with pytest.raises(RuntimeError, match="built"):
         equivalence.prepare_model(case, backend=None)
-    except RuntimeError:
-        pass
     assert built == ["mlp"]  # the resnet50 cache was cleared before the build
     trajectory("resnet50")
     assert made == ["resnet50", "resnet50"]

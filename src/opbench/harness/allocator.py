@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 
 # mallopt parameters from glibc's malloc.h
 M_TRIM_THRESHOLD = -1
@@ -43,9 +44,11 @@ def steady() -> str:
 
 
 def release() -> bool:
-    """Hand the heap's free memory back to the kernel (glibc malloc_trim), so that a resident-set
-    measurement that follows counts live memory, not what earlier benchmarks freed and the steady
-    allocator kept. False where there is no malloc_trim."""
+    """Collect the garbage (an earlier benchmark's model held only by reference cycles waits for a
+    full collection), then hand the heap's free memory back to the kernel (glibc malloc_trim), so
+    that a resident-set measurement that follows counts live memory, not what earlier benchmarks
+    left and the steady allocator kept. False where there is no malloc_trim."""
+    gc.collect()
     trim = _libc("malloc_trim")
     if trim is None:
         return False

@@ -346,11 +346,8 @@ def time_and_check(benchmark, case, prepared, state) -> None:
     functions (suites/functions.py) alike: load and peak memory over the rounds, the threads read
     again, the call after the rounds checked, the roofline, throughput, latency, the noise warning."""
     if prepared.whole:  # peak_rss_bytes: count this model's memory, not what earlier ones left
-        import gc
-
         from opbench.harness.allocator import release
 
-        gc.collect()  # an earlier case's model, held only by reference cycles until a full collection
         release()
     with PeakOf() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
