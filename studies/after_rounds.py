@@ -11,6 +11,12 @@ used (1 fails), the loss the rounds reached, and the seconds the check took (its
 
     .venv/bin/python studies/after_rounds.py                      # every framework, 5 models, 200 rounds
     .venv/bin/python studies/after_rounds.py torch lenet mlp 50   # frameworks, models, rounds
+    .venv/bin/python studies/after_rounds.py mxnet mlp 3000 every=50 batch=128 float32
+                                                 # the check every 50 rounds up to 3,000, at batch 128
+
+Under SGD the check's call starts from the weights of the check's first SGD step, whatever the
+rounds left, so a scan shows the same share at every point; under Adam it starts where the
+rounds left it.
 """
 
 from __future__ import annotations
@@ -30,33 +36,38 @@ FRAMEWORKS = ("torch", "tensorflow", "jax", "mxnet")
 MODELS = ("mlp", "lenet", "lstm", "resnet20", "vgg10")
 
 
-def study(framework: str, name: str, precision: str, rounds: int) -> None:
+def study(framework: str, name: str, precision: str, rounds: int, every: int = 0, batch: int = 0) -> None:
     backend = frameworks.load(framework)
     model = catalogue.get(name)
-    case = Case.model(name, "training", framework, model.batch["quick"], precision=precision)
+    case = Case.model(name, "training", framework, batch or model.batch["quick"], precision=precision)
     shared.require(case)  # Unavailable where the benchmark would skip (MXNet has no amp)
     prepared = equivalence.prepare_model(case, backend)
     prepared.verify(prepared.call())
-    for _ in range(rounds):
-        loss = prepared.call()
-    before = len(prepared.shares)
-    start = time.perf_counter()
-    try:
-        prepared.after_rounds()
-        verdict = "passes"
-    except CorrectnessError as exc:
-        verdict = f"FAILS: {exc}"
-    seconds = time.perf_counter() - start
-    shares = prepared.shares[before:]
-    print(f"{framework:10s} {name:8s} {precision:7s} {model.optimizer.name:4s} loss after {rounds} rounds "
-          f"{model_check.scalar(backend, loss):.3g}: largest share {max(shares, default=0.0):.3g} "
-          f"(loss {shares[0] if shares else 0.0:.3g}), check {seconds:.1f} s, {verdict}", flush=True)
+    done, every = 0, every or rounds
+    while done < rounds:
+        for _ in range(min(every, rounds - done)):
+            loss = prepared.call()
+        done += min(every, rounds - done)
+        before = len(prepared.shares)
+        start = time.perf_counter()
+        try:
+            prepared.after_rounds()
+            verdict = "passes"
+        except CorrectnessError as exc:
+            verdict = f"FAILS: {exc}"
+        seconds = time.perf_counter() - start
+        shares = prepared.shares[before:]
+        print(f"{framework:10s} {name:8s} {precision:7s} {model.optimizer.name:4s} loss after {done} rounds "
+              f"{model_check.scalar(backend, loss):.3g}: largest share {max(shares, default=0.0):.3g} "
+              f"(loss {shares[0] if shares else 0.0:.3g}), check {seconds:.1f} s, {verdict}", flush=True)
 
 
 def main(argv: list[str]) -> None:
     fws = [a for a in argv if a in FRAMEWORKS] or list(FRAMEWORKS)
     names = [a for a in argv if a in MODELS] or list(MODELS)
     rounds = next((int(a) for a in argv if a.isdigit()), 200)
+    options = dict(a.split("=", 1) for a in argv if "=" in a)
+    precisions = [a for a in argv if a in ("float32", "amp")] or ["float32", "amp"]
     for framework in fws:
         try:
             frameworks.load(framework)
@@ -64,9 +75,10 @@ def main(argv: list[str]) -> None:
             print(f"{framework}: {exc}")
             continue
         for name in names:
-            for precision in ("float32", "amp"):
+            for precision in precisions:
                 try:
-                    study(framework, name, precision, rounds)
+                    study(framework, name, precision, rounds, int(options.get("every", 0)),
+                          int(options.get("batch", 0)))
                 except frameworks.Unavailable as exc:
                     print(f"{framework:10s} {name:8s} {precision:7s} skipped: {exc}")
 

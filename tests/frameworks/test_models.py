@@ -382,6 +382,37 @@ def test_after_rounds_emulation_takes_the_frameworks_head():
     assert widened["2.b"] >= 0.5 * bias > 10 * alone["2.b"]
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_call_after_the_rounds_is_held_where_the_check_is_conditioned(framework, monkeypatch):
+    """Whatever weights the timed rounds left, the call after them starts from the weights of the
+    check's first SGD step, so its verdict is the same after one round as after rounds that took
+    the model where a float32 step is a cancellation (every weight 30 times its size: a saturated
+    softmax); the model's weights after the check are that call's step from there, not from where
+    the rounds left them; and weights the rounds left not finite fail."""
+    backend = load_or_skip(framework)
+    built = []
+    build = backend.build
+    monkeypatch.setattr(backend, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    model = catalogue.get("mlp")
+    case = Case.model("mlp", "training", framework, model.batch["quick"])
+    prepared = prepare_model(case, backend)
+    native = built[-1]
+    prepared.verify(prepared.call())
+    prepared.call()
+    after_one = prepared.after_rounds()
+    native.set_params({k: 30 * v for k, v in native.get_params().items()})
+    prepared.call()
+    assert prepared.after_rounds() == pytest.approx(after_one, rel=1e-3, abs=1e-7)
+    start = model_reference.reference_sgd("mlp", case.p["batch"], "", model_reference.SGD_STEPS,
+                                          *model_reference.conventions("mlp", native))[1][1]
+    moved = {k: float(np.max(np.abs(v - start[k]))) for k, v in native.get_params().items()}
+    assert 0 < max(moved.values()) < 0.1 * max(float(np.max(np.abs(v))) for v in start.values())
+    native.set_params({k: np.where(np.arange(v.size).reshape(v.shape) == 0, np.nan, v)
+                       for k, v in native.get_params().items()})
+    with pytest.raises(CorrectnessError, match=r"is not finite after the timed rounds$"):
+        prepared.after_rounds()
+
+
 def _relative_sum(got: np.ndarray, want: np.ndarray) -> float:
     """How far the batch's sum of one gradient at the logits is from another's, relative to it."""
     return float(np.linalg.norm(got.sum(0) - want.sum(0)) / np.linalg.norm(want.sum(0)))
