@@ -45,9 +45,10 @@ def study(framework: str, name: str, precision: str, rounds: int, every: int = 0
     prepared.verify(prepared.call())
     done, every = 0, every or rounds
     while done < rounds:
-        for _ in range(min(every, rounds - done)):
+        step = min(every, rounds - done)
+        for _ in range(step):
             loss = prepared.call()
-        done += min(every, rounds - done)
+        done += step
         before = len(prepared.shares)
         start = time.perf_counter()
         try:
