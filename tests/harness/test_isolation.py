@@ -79,6 +79,36 @@ def test_each_framework_runs_in_its_own_worker_and_the_run_is_one(pytester):
     assert "numpy/eager" in tail and "torch/eager" in tail, tail
 
 
+def test_node_ids_run_in_the_worker_of_the_framework_they_name(pytester):
+    """`pytest file::test[torch-...] --isolate framework`: the numpy worker, which never collects a
+    torch case, must not stop the run with pytest's 'not found' (it did, exit 4, before any case)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    result, doc = _run(pytester, "--framework", "numpy,torch", "test_b.py::test_relu[torch-cpu-eager-float32-256x1024]",
+                       "test_b.py::test_sigmoid")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert _names(doc) == {"test_relu[torch-cpu-eager-float32-256x1024]",
+                           "test_sigmoid[numpy-cpu-eager-float32-256x1024]",
+                           "test_sigmoid[torch-cpu-eager-float32-256x1024]"}
+    assert "test_plain" not in result.stdout.str()  # not named: not run, as without workers
+
+
+def test_a_node_id_no_worker_collects_is_pytests_usage_error(pytester):
+    result, doc = _run(pytester, "--framework", "numpy", "test_b.py::test_relu[torch-cpu-eager-float32-256x1024]")
+    assert result.ret == isolation.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    said = [x for x in result.stderr.str().splitlines() if x.startswith("ERROR: not found")]
+    assert said == ["ERROR: not found: test_b.py::test_relu[torch-cpu-eager-float32-256x1024] "
+                    "(in no framework's worker: numpy)"], result.stderr.str()
+    assert not doc.get("benchmarks")
+
+
+def test_a_workers_arguments_name_each_node_ids_file_once_and_keep_every_other_argument():
+    picks = ["a.py::t[1]", "a.py::t[2]", "b.py::u"]
+    assert isolation.narrowed(["-k", "x", *picks, "-m", "x", "c.py"], picks) == ["-k", "x", "a.py", "b.py", "-m", "x",
+                                                                                "c.py"]
+    assert isolation.narrowed(["benchmarks/ops", "-q"], []) == ["benchmarks/ops", "-q"]  # make bench: as given
+
+
 def test_a_worker_that_dies_costs_the_case_it_was_in_and_the_rest_is_saved(pytester, monkeypatch):
     monkeypatch.setenv("CRASH_IN", "numpy")
     result, doc = _run(pytester, "--framework", "numpy")

@@ -45,6 +45,7 @@ CHILD = "OPBENCH_ISOLATED_CHILD"  # in a worker's environment: its progress file
 SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what earlier workers started)
 MAX_RSS = "OPBENCH_ISOLATED_MAX_RSS"  # bytes; 0: no limit
 FIRST = "OPBENCH_ISOLATED_FIRST"  # set in the first framework's workers: they also run tests bound to no framework
+PICKS = "OPBENCH_ISOLATED_PICKS"  # JSON: the node ids the user named ('file::test[id]'), which the worker selects
 NO_TESTS, USAGE_ERROR = 5, 4  # pytest's exit codes
 _OWN_FLAGS = ("--framework", "--isolate", "--worker-max-rss", "--processes")
 
@@ -63,8 +64,9 @@ class WorkerProgress:
     """The worker's plugin: leaves out what earlier workers started, and writes one JSON line per
     event, flushed at once, so that the parent keeps what finished if this process dies."""
 
-    def __init__(self, config: pytest.Config, path: str, skip: str, max_rss: int, first: bool) -> None:
-        self.config, self.max_rss, self.first = config, max_rss, first
+    def __init__(self, config: pytest.Config, path: str, skip: str, max_rss: int, first: bool,
+                 picks: tuple[str, ...] = ()) -> None:
+        self.config, self.max_rss, self.first, self.picks = config, max_rss, first, picks
         self.out = open(path, "a", encoding="utf-8")  # open for the session, closed at its end
         self.skip = set(Path(skip).read_text().splitlines()) if skip and os.path.exists(skip) else set()
         self.total = self.ended = self.saved = 0
@@ -80,13 +82,20 @@ class WorkerProgress:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """Leave out what an earlier worker started, and a test bound to no framework (no
-        framework marker) unless this is the first framework's worker: it runs once per run."""
+        """Keep only the node ids the user named (where they named any), leave out what an earlier
+        worker started, and a test bound to no framework (no framework marker) unless this is the
+        first framework's worker: it runs once per run."""
         from opbench.harness.config import FRAMEWORKS
+
+        if self.picks:
+            matched = {p: [i for i in items if picked(p, i)] for p in self.picks}
+            self._write({"matched": [p for p, hit in matched.items() if hit]})
+            named = {id(i) for hit in matched.values() for i in hit}
 
         def mine(item: pytest.Item) -> bool:
             bound = any(m.name in FRAMEWORKS for m in item.iter_markers())
-            return item.nodeid not in self.skip and (bound or self.first)
+            return (item.nodeid not in self.skip and (bound or self.first)
+                    and (not self.picks or id(item) in named))
 
         left = [i for i in items if not mine(i)]
         if left:
@@ -137,8 +146,35 @@ def register(config: pytest.Config) -> None:
     if path:
         config.pluginmanager.register(
             WorkerProgress(config, path, os.environ.get(SKIP, ""), int(os.environ.get(MAX_RSS) or 0),
-                           bool(os.environ.get(FIRST))),
+                           bool(os.environ.get(FIRST)), tuple(json.loads(os.environ.get(PICKS) or "[]"))),
             "opbench-worker-progress")
+
+
+def picked(pick: str, item: pytest.Item) -> bool:
+    """Whether a node id as the user wrote it ('benchmarks/ops/test_gemm.py::test_gemm[torch-...]',
+    relative to where pytest was started) names `item`, as pytest's own selection would: the same
+    file, and the same test, one of its parametrizations ('::test_gemm'), or a test of a named
+    class."""
+    path, _, rest = pick.partition("::")
+    if Path(path).resolve() != Path(item.path).resolve():
+        return False
+    own = item.nodeid.partition("::")[2]
+    return own == rest or own.startswith(rest + "::") or ("[" not in rest and own.startswith(rest + "["))
+
+
+def narrowed(args: list[str], picks: list[str]) -> list[str]:
+    """The workers' arguments where the user named node ids: each node id becomes its file (once),
+    and the worker selects the node ids itself (PICKS). A worker given a node id of another
+    framework's case would stop with pytest's 'not found': it never collects that case."""
+    out: list[str] = []
+    files: set[str] = set()
+    for arg in args:
+        if arg not in picks:
+            out.append(arg)
+        elif (file := arg.partition("::")[0]) not in files:
+            files.add(file)
+            out.append(file)
+    return out
 
 
 # ---- the parent's side -------------------------------------------------------------------------
@@ -152,6 +188,7 @@ class Progress:
     ended: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     benches: list[dict] = field(default_factory=list)
+    matched: list[str] = field(default_factory=list)  # the user's node ids this worker collected
     recycled: bool = False
 
     @property
@@ -183,6 +220,8 @@ def read_progress(path: Path) -> Progress:
                 progress.failed.append(record["end"])
         elif "recycle" in record:
             progress.recycled = True
+        elif "matched" in record:
+            progress.matched += record["matched"]
     return progress
 
 
@@ -217,6 +256,7 @@ class Outcome:
     crashes: list[dict] = field(default_factory=list)
     workers: dict[str, int] = field(default_factory=dict)
     codes: list[int] = field(default_factory=list)  # each framework's last worker's exit code
+    matched: set[str] = field(default_factory=set)  # the user's node ids some worker collected
     interrupted: bool = False
 
     @property
@@ -238,15 +278,22 @@ def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
     each with 1/N of the rounds, and each case is saved once with the statistics of all its rounds
     (pooled). Returns pytest's exit code for the whole run."""
     outcome = Outcome()
+    picks = [a for a in getattr(option, "file_or_dir", None) or () if "::" in a]
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
-        worker_args = split_rounds(args, option, processes)
+        worker_args = narrowed(split_rounds(args, option, processes), picks)
         for turn, framework in itertools.product(range(processes), frameworks):
             _run_framework(framework, worker_args, Path(tmp) / f"p{turn}", max_rss, outcome,
-                           first=framework == frameworks[0])
+                           first=framework == frameworks[0], picks=picks)
             if outcome.interrupted or USAGE_ERROR in outcome.codes:
                 break
     if outcome.interrupted:
         print("opbench: interrupted; saving the cases that finished", file=sys.stderr, flush=True)
+    elif USAGE_ERROR not in outcome.codes:
+        for pick in picks:
+            if pick not in outcome.matched:  # pytest's own words for a node id that names nothing
+                print(f"ERROR: not found: {pick} (in no framework's worker: {', '.join(frameworks)})",
+                      file=sys.stderr, flush=True)
+                outcome.codes.append(USAGE_ERROR)
     if outcome.benches or outcome.failed:
         merged = merge(outcome, max_rss, processes)
         if show is not None and not getattr(option, "benchmark_disable", False):
@@ -270,7 +317,8 @@ def split_rounds(args: list[str], option, processes: int) -> list[str]:
             f"--benchmark-max-time={seconds:g}"]
 
 
-def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, outcome: Outcome, first: bool) -> None:
+def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, outcome: Outcome, first: bool,
+                   picks: list[str] = ()) -> None:
     """One framework's workers, a fresh one after each death or recycling, until its cases are done.
     Each worker leaves out every case an earlier one started, so the loop ends: a worker that
     starts no case is the last."""
@@ -281,13 +329,14 @@ def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, out
         skip, progress_path, json_path = (stem.with_suffix(x) for x in (".skip", ".jsonl", ".json"))
         skip.write_text("\n".join(started))
         env = {**os.environ, CHILD: str(progress_path), SKIP: str(skip), MAX_RSS: str(max_rss),
-               FIRST: "1" if first else ""}
+               FIRST: "1" if first else "", PICKS: json.dumps(list(picks))}
         cmd = [sys.executable, "-m", "pytest", *child_args(args, framework, str(json_path))]
         code, stopped = children.run_child(cmd, env)
         outcome.workers[framework] = outcome.workers.get(framework, 0) + 1
         progress = read_progress(progress_path)
         outcome.benches += progress.benches
         outcome.failed += progress.failed
+        outcome.matched.update(progress.matched)
         started += progress.started
         if json_path.exists():
             try:
