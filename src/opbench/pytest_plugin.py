@@ -283,15 +283,19 @@ for _suite in registry.SUITES:  # pytest finds a plugin's fixtures among its mod
     globals()[f"_{_suite.fixture}_fixture"] = _fixture(_suite)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A benchmark the options leave no case for (a creation operator under --mode xla: creation
     runs eager only) is not generated: pytest's placeholder item for an empty parametrisation
-    carries no case and no marker, and is dropped here. Benchmarks of frameworks that share one
+    carries no case and no marker, and is dropped here, counted as deselected so that pytest's
+    'N collected' adds up to what runs. Benchmarks of frameworks that share one
     OpenMP runtime run one framework after another, the one that slows the others most last
     (opbench.harness.openmp); every other order is kept."""
     from opbench.harness import openmp
 
-    items[:] = [item for item in items if not _without_case(item)]
+    dropped = [item for item in items if _without_case(item)]
+    if dropped:
+        items[:] = [item for item in items if not _without_case(item)]
+        config.hook.pytest_deselected(items=dropped)
 
     def framework(item: pytest.Item) -> str | None:
         return next((f for f in openmp.ORDER if item.get_closest_marker(f)), None)

@@ -4,6 +4,7 @@ skips with reasons, usage errors and the report header."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -242,6 +243,10 @@ def test_a_benchmark_without_a_case_in_the_chosen_modes_is_not_generated(suite, 
     ids = [line for line in result.stdout.lines if "::" in line]
     assert ids and all("-compile-" in i or "-eager-" in i for i in ids), text
     assert any("test_creation.py" in i for i in ids) == ("eager" in args[1])
+    # the dropped placeholders count as deselected: pytest's count is what runs (it said "N
+    # collected" and listed fewer)
+    counted = re.search(r"(\d+)(?:/\d+)? tests? collected", result.stdout.str())
+    assert counted and int(counted[1]) == len(ids), text
 
 
 @pytest.mark.parametrize("args, line", [
