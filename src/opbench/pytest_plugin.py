@@ -292,9 +292,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (opbench.harness.openmp); every other order is kept."""
     from opbench.harness import openmp
 
-    dropped = [item for item in items if _without_case(item)]
+    kept, dropped = [], []
+    for item in items:
+        (dropped if _without_case(item) else kept).append(item)
     if dropped:
-        items[:] = [item for item in items if not _without_case(item)]
+        items[:] = kept
         config.hook.pytest_deselected(items=dropped)
 
     def framework(item: pytest.Item) -> str | None:

@@ -30,7 +30,7 @@ import signal
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,15 +87,17 @@ class WorkerProgress:
         first framework's worker: it runs once per run."""
         from opbench.harness.config import FRAMEWORKS
 
+        named = None  # every item, where the user named no node id
         if self.picks:
-            matched = {p: [i for i in items if picked(p, i)] for p in self.picks}
-            self._write({"matched": [p for p, hit in matched.items() if hit]})
-            named = {id(i) for hit in matched.values() for i in hit}
+            names = {pick: picker(pick) for pick in self.picks}
+            hits = {pick: {id(i) for i in items if named_by(i)} for pick, named_by in names.items()}
+            self._write({"matched": [pick for pick, ids in hits.items() if ids]})
+            named = set().union(*hits.values())
 
         def mine(item: pytest.Item) -> bool:
             bound = any(m.name in FRAMEWORKS for m in item.iter_markers())
             return (item.nodeid not in self.skip and (bound or self.first)
-                    and (not self.picks or id(item) in named))
+                    and (named is None or id(item) in named))
 
         left = [i for i in items if not mine(i)]
         if left:
@@ -150,16 +152,20 @@ def register(config: pytest.Config) -> None:
             "opbench-worker-progress")
 
 
-def picked(pick: str, item: pytest.Item) -> bool:
+def picker(pick: str) -> Callable[[pytest.Item], bool]:
     """Whether a node id as the user wrote it ('benchmarks/ops/test_gemm.py::test_gemm[torch-...]',
-    relative to where pytest was started) names `item`, as pytest's own selection would: the same
+    relative to where pytest was started) names an item, as pytest's own selection would: the same
     file, and the same test, one of its parametrizations ('::test_gemm'), or a test of a named
-    class."""
+    class. The node id is parsed and its file resolved once, not per item."""
     path, _, rest = pick.partition("::")
-    if Path(path).resolve() != Path(item.path).resolve():
-        return False
-    own = item.nodeid.partition("::")[2]
-    return own == rest or own.startswith(rest + "::") or ("[" not in rest and own.startswith(rest + "["))
+    file = Path(path).resolve()
+
+    def names(item: pytest.Item) -> bool:
+        own = item.nodeid.partition("::")[2]
+        return ((own == rest or own.startswith(rest + "::") or ("[" not in rest and own.startswith(rest + "[")))
+                and Path(item.path).resolve() == file)
+
+    return names
 
 
 def narrowed(args: list[str], picks: list[str]) -> list[str]:
@@ -318,7 +324,7 @@ def split_rounds(args: list[str], option, processes: int) -> list[str]:
 
 
 def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, outcome: Outcome, first: bool,
-                   picks: list[str] = ()) -> None:
+                   picks: Sequence[str] = ()) -> None:
     """One framework's workers, a fresh one after each death or recycling, until its cases are done.
     Each worker leaves out every case an earlier one started, so the loop ends: a worker that
     starts no case is the last."""
