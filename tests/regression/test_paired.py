@@ -201,9 +201,10 @@ class FakeWorker:
             times = list(t * np.exp(self.rng.normal(0, 0.005, request["rounds"])))
             return {"ok": True, "times": times, "wall": sum(times), "cpu_per_call": t, "wall_per_call": t,
                     "steal": 0, "switches": 0}
-        if cmd == "check":  # the call after the bursts: wrong where `after` says so
+        if cmd == "check":  # the call after the bursts: wrong where `after` says so, known where `known_after` does
             outcome = w.get("after", {}).get(self.current, "ready")
-            return {"ok": True, "outcome": outcome, "message": f"after its bursts, {outcome} once warm"}
+            return {"ok": True, "outcome": outcome, "message": f"after its bursts, {outcome} once warm",
+                    **({"known": w["known_after"][self.current]} if self.current in w.get("known_after", {}) else {})}
         return {"ok": True}
 
     def close(self, grace: float = 10.0) -> None:
@@ -388,6 +389,11 @@ def test_a_known_issue_is_timed_on_both_sides_and_judged_by_what_each_side_showe
 
     shows = decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": both}))
     assert shows.failed and not shows.broken and "the candidate shows a known issue" in shows.worse[0]
+    warm = {"known_after": {IDS[0]: GELU_OFF}}  # shown by the call after the bursts, not the first
+    shows_warm = decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": warm}))
+    assert shows_warm.failed and "the candidate shows a known issue" in shows_warm.worse[0]
+    both_warm = decisions.comparison(run_fake(tmp_path, {"baseline": warm, "candidate": warm}))
+    assert not both_warm.failed and both_warm.known == [f"{IDS[0]}: unchanged: {GELU_OFF}"]
 
     grew = decisions.comparison(run_fake(tmp_path, {"baseline": both, "candidate": {"outcomes": {IDS[0]: "wrong"}}}))
     assert grew.failed and not grew.broken and len(grew.rows) == 2
@@ -570,6 +576,57 @@ def test_the_real_worker_times_a_users_fw_test_as_the_test_hands_it_to_measure(t
         assert nothing["outcome"] == "skipped" and "timed nothing" in nothing["message"], nothing
     finally:
         w.close()
+
+
+def test_the_real_worker_times_a_known_issue_and_its_check_after_the_bursts_passes(tmp_path, monkeypatch):
+    """The README's torch 2.13.0 -> 2.14.1 gate failed GELU on both sides ('after its bursts, torch eager
+    gelu shows its known issue'): prepare accepted the known deviation and timed it, the check after
+    the bursts did not. Here NumPy's GELU carries torch's entry and computes torch's cancelling sum:
+    prepare and the check after the bursts both say ready, with what the result showed; a result
+    that grew past the entry's bound after the bursts is wrong."""
+    import dataclasses
+
+    from opbench import frameworks
+    from opbench.core.case import Case
+    from opbench.harness import known_issues
+    from opbench.regression.worker import Worker
+    from opbench.workloads import ops
+    from tests.harness.test_known_issues import _cancelling_gelu, _grown
+    from tests.mutants import OpMutant, op_applied
+
+    torch_gelu = next(i for i in known_issues.KNOWN_ISSUES if i.framework == "torch" and i.names == ("gelu",))
+    monkeypatch.setattr(known_issues, "KNOWN_ISSUES",
+                        (dataclasses.replace(torch_gelu, framework="numpy", seen_in=("0.0.",)),))
+    (tmp_path / "test_gelu.py").write_text(textwrap.dedent("""
+        import pytest
+        from opbench.suites.measure import measure
+
+        @pytest.mark.opbench(op="gelu")
+        def test_gelu(op_case, benchmark):
+            measure(benchmark, op_case)
+    """))
+    spec, backend = ops.get("gelu"), frameworks.load("numpy")
+    case = Case.operator(spec, "forward", "numpy", mode="eager", dtype="float32", params=spec.shapes["quick"][0],
+                         label=spec.label(spec.shapes["quick"][0]))
+    deviation = {"now": _cancelling_gelu}
+
+    def on_gelu(out, inputs, p):  # the thread observation's GEMMs as they are
+        return deviation["now"](out, inputs, p) if np.shape(out) == inputs[0].shape else out
+
+    worker = Worker()
+    with op_applied(OpMutant("deviation", "operator forward", "gelu", "", on_gelu), backend, case):
+        ids = worker.collect([str(tmp_path / "test_gelu.py"), "--framework", "numpy", "--mode", "eager",
+                              "-m", "forward", "--rootdir", str(tmp_path)])["ids"]
+        assert len(ids) == 1, ids
+        ready = worker.prepare(ids[0])
+        assert ready["outcome"] == "ready" and "shows its known issue" in ready["known"], ready
+        assert len(worker.burst(2, 2)["times"]) == 2
+        assert worker.check() == {"ok": True, "outcome": "ready", "known": ready["known"]}
+        deviation["now"] = _grown
+        grown = worker.check()
+        assert grown["outcome"] == "wrong" and "after its bursts" in grown["message"], grown
+        assert "beyond the known issue's bound" in grown["message"]
+    worker.release()
 
 
 def test_a_released_benchmark_is_collected_and_the_survivors_frozen():

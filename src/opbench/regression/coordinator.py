@@ -463,6 +463,10 @@ class PairedGate:
                 self._set(i, "failed", "; ".join(errors))
             elif any(reply.get("outcome") == "wrong" for reply in checked.values()):
                 self._correctness(i, {s: {**checked[s], "extra_info": {}, "known": rec.known.get(s)} for s in SIDES})
+            else:  # a known issue the first call did not show, shown warm: judged as if shown at prepare
+                for side, reply in checked.items():
+                    if reply.get("known") and not rec.known.get(side):
+                        rec.known[side] = reply["known"]
         pair.ask_both({"cmd": "release"}, plan.timeout_s)
 
     def _prepare(self, pair: Pair, i: str) -> bool:
