@@ -7,6 +7,7 @@ framework, device, mode, operator, family and direction.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,9 +91,23 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if len(settings.threads) > 1 and not os.environ.get(sweep.CHILD):
         return sweep.run(args, settings.threads, config.option)
     if settings.isolate == "framework" and not os.environ.get(isolation.CHILD):
-        return isolation.run(args, settings.frameworks, config.option, settings.worker_max_rss, show=_show_merged,
-                             processes=settings.processes)
+        limits = isolation.Limits(settings.worker_max_rss, settings.worker_max_growth)
+        return isolation.run(args, settings.frameworks, config.option, limits, show=_show_merged,
+                             processes=settings.processes,
+                             modes={f: settings.framework_modes(f) for f in settings.frameworks})
     return None
+
+
+def _between_cases() -> int:
+    """opbench's side of a worker's step between two cases: the operators' inputs let go (the next
+    case makes its own); returns what the model references hold, kept on purpose for the next case
+    of the same model (suites/model_reference.py), which the worker does not count as left over.
+    Only what this worker imported is looked at."""
+    prepare = sys.modules.get("opbench.suites.ops.prepare")
+    if prepare is not None:
+        prepare.host_inputs.cache_clear()
+    references = sys.modules.get("opbench.suites.model_reference")
+    return references.held_bytes() if references is not None else 0
 
 
 def _show_merged(document: dict) -> None:
@@ -138,7 +153,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state = State(settings, malloc=allocator.apply(settings.malloc))
     state.workload_models = _load_workloads(settings.workloads)
     config.stash[STATE] = state
-    isolation.register(config)  # in an --isolate worker: its progress, case by case
+    isolation.register(config, _between_cases)  # in an --isolate worker: its progress, case by case
     state.baseline_note = _complete_baseline(config)
     config.pluginmanager.register(state.run, "opbench-run-status")
 

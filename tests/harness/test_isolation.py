@@ -137,6 +137,61 @@ def test_a_worker_past_its_memory_limit_is_replaced_between_cases(pytester):
         assert bench["extra_info"]["peak_rss_bytes"] >= bench["extra_info"]["rss_before_bytes"] > 0
 
 
+KEEPING = """
+import numpy as np
+import pytest
+from opbench.suites.measure import measure
+
+KEPT = []
+
+@pytest.mark.opbench(op="relu")
+def test_relu(op_case, benchmark):
+    measure(benchmark, op_case)
+
+@pytest.mark.opbench(op="sigmoid")
+def test_sigmoid(op_case, benchmark):
+    KEPT.append(np.ones(256 * 2**17))  # 256 MiB, written: what a framework's cache keeps after the case
+    measure(benchmark, op_case)
+
+@pytest.mark.opbench(op="tanh")
+def test_tanh(op_case, benchmark):
+    measure(benchmark, op_case)
+"""
+
+
+@pytest.mark.parametrize("growth", ["10%", "off"])
+def test_a_worker_that_kept_memory_after_a_case_is_replaced_before_the_next(pytester, growth):
+    """sigmoid keeps 256 MiB past its end, as a framework's cache would. With --worker-max-growth (10%
+    by default) the worker, measured against what it held after its first case (relu), is replaced
+    after sigmoid, so tanh starts in a fresh worker and its memory does not count sigmoid's; with
+    off, tanh inherits the 256 MiB."""
+    pytester.makepyfile(test_keeping=KEEPING)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--mode", "eager",
+                                           "--benchmark-max-time=0.01", f"--benchmark-json={out}",
+                                           "-p", "no:cacheprovider", "--worker-max-growth", growth)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    doc = json.loads(out.read_text())
+    before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
+    info = doc["machine_info"]["opbench"]["isolate"]
+    if growth == "off":
+        assert info["workers"] == {"numpy": 1} and info["worker_max_growth"] is None
+        assert before["test_tanh"] - before["test_relu"] > 200 * 2**20, before
+    else:
+        assert info["workers"] == {"numpy": 2} and info["worker_max_growth"] == 0.1
+        assert "past --worker-max-growth 10%: a fresh worker runs the 1 case left" in result.stdout.str()
+        assert abs(before["test_tanh"] - before["test_relu"]) < 100 * 2**20, before
+
+
+def test_worker_max_growth_is_a_percentage_or_off():
+    from opbench.harness.config import ConfigError, parse_growth
+
+    assert parse_growth("10%", "--worker-max-growth") == 0.1 == parse_growth("10", "--worker-max-growth")
+    assert parse_growth("off", "--worker-max-growth") == 0.0
+    with pytest.raises(ConfigError, match="--worker-max-growth: expected a number above 0, got '-5%'"):
+        parse_growth("-5%", "--worker-max-growth")
+
+
 def test_each_case_is_timed_in_as_many_fresh_workers_as_processes_asks_and_saved_once(pytester):
     result, doc = _run(pytester, "--framework", "numpy", "--processes", "2", "--benchmark-min-rounds=4")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
@@ -186,6 +241,22 @@ def test_a_worker_keeps_the_flags_but_saving_and_the_framework():
     assert isolation.child_args(args, "torch", "/t/w.json") == [
         "benchmarks", "-m", "relu", "--framework=torch", "--isolate=none", "--processes=1",
         "--benchmark-json=/t/w.json", "-p", "no:faulthandler"]
+
+
+def test_each_mode_of_a_framework_gets_workers_of_its_own(monkeypatch, tmp_path):
+    """torch.compile's first case imports inductor (66 MiB a worker keeps): an eager case after it in
+    the same worker would carry it. Each (framework, mode) runs in workers of its own, the user's
+    --mode replaced by the worker's one mode; the tests bound to no framework run in the first."""
+    args = ["benchmarks", "--mode", "eager,compile", "--isolate=framework", "-m", "relu"]
+    assert isolation.child_args(args, "torch", "/t/w.json", "compile") == [
+        "benchmarks", "-m", "relu", "--framework=torch", "--mode=compile", "--isolate=none", "--processes=1",
+        "--benchmark-json=/t/w.json", "-p", "no:faulthandler"]
+    ran: list[tuple[str, str | None, bool]] = []
+    monkeypatch.setattr(isolation, "_run_framework", lambda framework, *a, first, mode=None, **k:
+                        ran.append((framework, mode, first)))
+    isolation.run(args, ("numpy", "torch"), type("Option", (), {})(), isolation.Limits(),
+                  modes={"numpy": ("eager",), "torch": ("eager", "compile")})
+    assert ran == [("numpy", "eager", True), ("torch", "eager", False), ("torch", "compile", False)]
 
 
 def test_a_torn_last_line_is_what_a_dying_worker_wrote_last(tmp_path):

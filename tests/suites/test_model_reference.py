@@ -4,6 +4,7 @@ checks one model's cases one after another."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from opbench.suites import model_reference
@@ -68,3 +69,22 @@ def test_a_model_case_lets_the_last_models_trajectories_go_before_it_is_built(mo
     assert built == ["mlp"]  # the resnet50 cache was cleared before the build
     trajectory("resnet50")
     assert made == ["resnet50", "resnet50"]
+
+
+def test_what_the_one_model_caches_hold_is_counted_each_array_once(monkeypatch):
+    """A worker does not count what the references keep for the next case of the same model as
+    left over (isolation: --worker-max-growth); an array two figures share counts once."""
+    one_model = model_reference.OneModel()
+    monkeypatch.setattr(model_reference, "_one_model", one_model)
+    shared = np.zeros(1000)
+
+    @one_model
+    def trajectory(name, steps):
+        return 0.5, {"w": shared, "b": np.zeros(10)}, [shared, (np.zeros(5),)]
+
+    trajectory("lenet", 2)
+    assert model_reference.held_bytes() == (1000 + 10 + 5) * 8
+    trajectory("lenet", 3)  # another figure of the same model: its own arrays, the shared one once
+    assert model_reference.held_bytes() == (1000 + 2 * 10 + 2 * 5) * 8
+    one_model.hold("vgg10")
+    assert model_reference.held_bytes() == 0

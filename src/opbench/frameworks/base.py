@@ -112,6 +112,12 @@ class Backend(abc.ABC):
     def threads(self) -> int:
         """The intra-op thread count the framework will actually use now."""
 
+    def forget(self) -> None:
+        """Let go of what the framework keeps for programs it compiled (their caches), between two
+        cases of a worker and never within one: the next case's memory is then its own. Nothing
+        by default."""
+        return None
+
     def op(self, name: str) -> Callable[..., Any] | None:
         """This framework's implementation of operator `name`, or None: the one an operator
         declared outside opbench carries (opbench.api.operator), else this backend's own."""

@@ -162,6 +162,10 @@ OPTIONS = (
     Option("worker_max_rss", "auto", "with --isolate framework, a worker whose resident set passed this (bytes, or "
            "with K, M, G; auto: 4G, or half the machine's memory where that is less) is replaced by a fresh one "
            "before its next case"),
+    Option("worker_max_growth", "10%", "with --isolate framework, a worker whose resident set after a case (its "
+           "garbage collected, its framework's compiled programs let go) is more than this above what it held at its "
+           "first case is replaced by a fresh one before its next case, so that no case's peak memory carries what "
+           "earlier ones left (a percentage, or off)"),
     Option("processes", "1", "time each case in this many fresh workers, its rounds split between them, and save "
            "the statistics over all their rounds with the spread between processes (pyperf's model; turns on "
            "--isolate framework)"),
@@ -200,6 +204,13 @@ def parse_size(value: str, what: str) -> int:
     return int(size)
 
 
+def parse_growth(value: str, what: str) -> float:
+    """A fraction from a percentage ('10%' or '10'); 0 from 'off'."""
+    if value.strip().lower() == "off":
+        return 0.0
+    return parse_number(value, what, above=0) / 100
+
+
 @dataclass(frozen=True)
 class Settings:
     """Validated settings for one pytest session."""
@@ -219,6 +230,7 @@ class Settings:
     breakdown: str = "off"
     isolate: str = "none"
     worker_max_rss: int = 0  # bytes; 0: no limit
+    worker_max_growth: float = 0.10  # a fraction of a worker's resident set at its first case; 0: no limit
     processes: int = 1  # workers per framework that each time every case (opbench.harness.isolation)
     workers: tuple[int, ...] = (1, 2)
     dist_timeout: float = 300.0
@@ -280,6 +292,7 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         breakdown=named(parse_one, "breakdown", BREAKDOWNS),
         isolate=isolate,
         worker_max_rss=parse_size(values["worker_max_rss"], sources["worker_max_rss"]),
+        worker_max_growth=parse_growth(values["worker_max_growth"], sources["worker_max_growth"]),
         processes=processes,
         workers=parse_threads(values["workers"], sources["workers"]),
         dist_timeout=parse_number(values["dist_timeout"], sources["dist_timeout"], above=0),

@@ -3,9 +3,10 @@
 One pytest process that runs every framework grows to what all of them keep (20 GB for `make
 bench`), gives a case figures that depend on what ran before it, and loses the whole run when one
 framework's native code crashes. With --isolate framework the pytest process that the user started
-collects nothing and imports no framework: it runs one child pytest per framework (the worker),
-with the same arguments and that framework alone, one after the other, and merges what they
-measured into one run, saved as the user asked.
+collects nothing and imports no framework: it runs one child pytest per framework and mode (the
+worker), with the same arguments and that framework and mode alone, one after the other, and
+merges what they measured into one run, saved as the user asked. A mode's compiler and what its
+first use imports and keeps (torch.compile's inductor: 66 MiB) stay out of the other modes' cases.
 
 - A worker writes each case's start, end and saved benchmark to a progress file as they happen
   (WorkerProgress, the child's side). A worker that dies (a signal, an abort, the OOM killer)
@@ -13,6 +14,10 @@ measured into one run, saved as the user asked.
   left, and what finished is kept.
 - A worker whose resident set passed --worker-max-rss after a case stops there, and a fresh one
   runs the cases left: memory stays bounded by the largest case, not the sum.
+- After each case a worker collects its garbage and lets its framework's compiled programs go
+  (Backend.forget). One that still holds more than --worker-max-growth above what it held at its
+  first case stops there too: a case's peak memory then carries at most that much of what earlier
+  cases left, and agrees with the same case's peak in a process of its own.
 
 Each worker prints its own pytest output and pytest-benchmark table; the merged run is what is
 saved (--benchmark-json, --benchmark-save, --benchmark-autosave) and what `opbench report` and
@@ -44,16 +49,18 @@ from opbench.harness.memory import current_rss
 CHILD = "OPBENCH_ISOLATED_CHILD"  # in a worker's environment: its progress file
 SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what earlier workers started)
 MAX_RSS = "OPBENCH_ISOLATED_MAX_RSS"  # bytes; 0: no limit
+MAX_GROWTH = "OPBENCH_ISOLATED_MAX_GROWTH"  # a fraction of the worker's resident set at its first case; 0: none
 FIRST = "OPBENCH_ISOLATED_FIRST"  # set in the first framework's workers: they also run tests bound to no framework
 PICKS = "OPBENCH_ISOLATED_PICKS"  # JSON: the node ids the user named ('file::test[id]'), which the worker selects
 NO_TESTS, USAGE_ERROR = 5, 4  # pytest's exit codes
-_OWN_FLAGS = ("--framework", "--isolate", "--worker-max-rss", "--processes")
+_OWN_FLAGS = ("--framework", "--isolate", "--worker-max-rss", "--worker-max-growth", "--processes")
 
 
-def child_args(args: list[str], framework: str, json_path: str) -> list[str]:
+def child_args(args: list[str], framework: str, json_path: str, mode: str | None = None) -> list[str]:
     """The parent's pytest arguments for one framework's worker: saving replaced by a JSON file
-    the parent merges, the framework fixed, isolation off."""
-    return [*children.without(args, (*children.SAVE_FLAGS, *_OWN_FLAGS)), f"--framework={framework}",
+    the parent merges, the framework (and the mode, where given) fixed, isolation off."""
+    fixed = (*children.SAVE_FLAGS, *_OWN_FLAGS, *(("--mode",) if mode else ()))
+    return [*children.without(args, fixed), f"--framework={framework}", *((f"--mode={mode}",) if mode else ()),
             "--isolate=none", "--processes=1", f"--benchmark-json={json_path}", "-p", "no:faulthandler"]
 
 
@@ -65,8 +72,11 @@ class WorkerProgress:
     event, flushed at once, so that the parent keeps what finished if this process dies."""
 
     def __init__(self, config: pytest.Config, path: str, skip: str, max_rss: int, first: bool,
-                 picks: tuple[str, ...] = ()) -> None:
+                 picks: tuple[str, ...] = (), max_growth: float = 0.0,
+                 between: Callable[[], int] = lambda: 0) -> None:
         self.config, self.max_rss, self.first, self.picks = config, max_rss, first, picks
+        self.max_growth, self.between = max_growth, between
+        self.base: int | None = None  # what the worker holds once its first case is over (left())
         self.out = open(path, "a", encoding="utf-8")  # open for the session, closed at its end
         self.skip = set(Path(skip).read_text().splitlines()) if skip and os.path.exists(skip) else set()
         self.total = self.ended = self.saved = 0
@@ -121,12 +131,34 @@ class WorkerProgress:
         self.saved = len(benches)
         self.ended += 1
         self._write({"end": nodeid, "failed": nodeid in self.failed})
-        rss = current_rss() or 0
-        if self.max_rss and rss > self.max_rss and self.ended < self.total:
-            self._write({"recycle": rss})
-            self.config.stash[_SESSION].shouldstop = (
-                f"opbench: this {_framework(self.config)} worker holds {rss / 2**30:.1f} GiB, past --worker-max-rss "
-                f"{self.max_rss / 2**30:.1f} GiB: a fresh worker runs the {self.total - self.ended} cases left")
+        if self.ended >= self.total:
+            return
+        rss, n = current_rss() or 0, self.total - self.ended
+        left = f"{n} case{'s' if n != 1 else ''} left"
+        if self.max_rss and rss > self.max_rss:
+            self._recycle(rss, f"holds {rss / 2**30:.1f} GiB, past --worker-max-rss {self.max_rss / 2**30:.1f} GiB: "
+                               f"a fresh worker runs the {left}")
+            return
+        if not self.max_growth:
+            return
+        held = self.left()
+        if self.base is None:  # its framework imported and started by one case: what every case starts from
+            self.base = held
+        elif held - self.base > self.max_growth * self.base:
+            self._recycle(rss, f"holds {(held - self.base) / 2**20:,.0f} MiB more than after its first case "
+                               f"({self.base / 2**20:,.0f} MiB), past --worker-max-growth {self.max_growth:.0%}: a "
+                               f"fresh worker runs the {left}, so that their memory is their own")
+
+    def left(self) -> int:
+        """What this worker holds between cases: its framework's compiled programs let go, its
+        garbage collected, its heap trimmed, less what opbench keeps on purpose for the next case."""
+        kept = self.between()
+        forget(_framework(self.config))
+        return (current_rss() or 0) - kept
+
+    def _recycle(self, rss: int, why: str) -> None:
+        self._write({"recycle": rss})
+        self.config.stash[_SESSION].shouldstop = f"opbench: this {_framework(self.config)} worker {why}"
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.config.stash[_SESSION] = session
@@ -142,13 +174,15 @@ def _framework(config: pytest.Config) -> str:
     return config.getoption("opbench_framework") or "framework"
 
 
-def register(config: pytest.Config) -> None:
-    """In a worker (CHILD in its environment), add the progress plugin."""
+def register(config: pytest.Config, between: Callable[[], int] = lambda: 0) -> None:
+    """In a worker (CHILD in its environment), add the progress plugin; `between` is the caller's
+    step between two cases, which returns the bytes it keeps on purpose for the next one."""
     path = os.environ.get(CHILD)
     if path:
         config.pluginmanager.register(
             WorkerProgress(config, path, os.environ.get(SKIP, ""), int(os.environ.get(MAX_RSS) or 0),
-                           bool(os.environ.get(FIRST)), tuple(json.loads(os.environ.get(PICKS) or "[]"))),
+                           bool(os.environ.get(FIRST)), tuple(json.loads(os.environ.get(PICKS) or "[]")),
+                           float(os.environ.get(MAX_GROWTH) or 0), between),
             "opbench-worker-progress")
 
 
@@ -276,8 +310,38 @@ class Outcome:
         return max(code, 1) if self.crashes else code
 
 
-def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
-        show: Callable[[dict], None] | None = None, processes: int = 1) -> int:
+@dataclass(frozen=True)
+class Limits:
+    """When a worker is replaced between cases: past `max_rss` bytes (0: never), or more than
+    `max_growth` (a fraction; 0: never) above its resident set at its first case."""
+
+    max_rss: int = 0
+    max_growth: float = 0.0
+
+    def env(self) -> dict[str, str]:
+        return {MAX_RSS: str(self.max_rss), MAX_GROWTH: repr(self.max_growth)}
+
+    def info(self) -> dict:
+        return {"worker_max_rss": self.max_rss or None, "worker_max_growth": self.max_growth or None}
+
+
+def forget(framework: str) -> None:
+    """Between a worker's cases: its framework's compiled programs let go (Backend.forget), the
+    garbage collected and the heap handed back to the kernel, so that what stays resident is what
+    the next case inherits."""
+    from opbench import frameworks
+    from opbench.harness.allocator import release
+
+    try:
+        frameworks.load(framework).forget()
+    except Exception:  # a framework that is not there holds nothing
+        pass
+    release()
+
+
+def run(args: list[str], frameworks: tuple[str, ...], option, limits: Limits,
+        show: Callable[[dict], None] | None = None, processes: int = 1,
+        modes: dict[str, tuple[str, ...]] | None = None) -> int:
     """Run each framework's benchmarks in workers, merge, hand the merged document to `show` (the
     plugin prints its side-by-side grid), save as the parent was asked to. With `processes` N > 1,
     every framework's cases run N times over, in fresh workers each time (frameworks alternated),
@@ -285,11 +349,12 @@ def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
     (pooled). Returns pytest's exit code for the whole run."""
     outcome = Outcome()
     picks = [a for a in getattr(option, "file_or_dir", None) or () if "::" in a]
+    groups = [(f, m) for f in frameworks for m in (modes or {}).get(f) or (None,)]
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="opbench-isolate-") as tmp:
         worker_args = narrowed(split_rounds(args, option, processes), picks)
-        for turn, framework in itertools.product(range(processes), frameworks):
-            _run_framework(framework, worker_args, Path(tmp) / f"p{turn}", max_rss, outcome,
-                           first=framework == frameworks[0], picks=picks)
+        for turn, (framework, mode) in itertools.product(range(processes), groups):
+            _run_framework(framework, worker_args, Path(tmp) / f"p{turn}", limits, outcome,
+                           first=(framework, mode) == groups[0], picks=picks, mode=mode)
             if outcome.interrupted or USAGE_ERROR in outcome.codes:
                 break
     if outcome.interrupted:
@@ -301,7 +366,7 @@ def run(args: list[str], frameworks: tuple[str, ...], option, max_rss: int,
                       file=sys.stderr, flush=True)
                 outcome.codes.append(USAGE_ERROR)
     if outcome.benches or outcome.failed:
-        merged = merge(outcome, max_rss, processes)
+        merged = merge(outcome, limits, processes)
         if show is not None and not getattr(option, "benchmark_disable", False):
             show(merged)  # every worker's cases, side by side
         children.save(merged, option, _autosave_name(), "isolated run")
@@ -323,20 +388,22 @@ def split_rounds(args: list[str], option, processes: int) -> list[str]:
             f"--benchmark-max-time={seconds:g}"]
 
 
-def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, outcome: Outcome, first: bool,
-                   picks: Sequence[str] = ()) -> None:
-    """One framework's workers, a fresh one after each death or recycling, until its cases are done.
+def _run_framework(framework: str, args: list[str], tmp: Path, limits: Limits, outcome: Outcome, first: bool,
+                   picks: Sequence[str] = (), mode: str | None = None) -> None:
+    """One framework's workers (of one mode, where given: a mode's compiler, its caches and its
+    first-use imports stay out of the other modes' figures), a fresh one after each death or
+    recycling, until its cases are done.
     Each worker leaves out every case an earlier one started, so the loop ends: a worker that
     starts no case is the last."""
     started: list[str] = []
     tmp.mkdir(exist_ok=True)
     for attempt in itertools.count(1):
-        stem = tmp / f"{framework}-{attempt}"
+        stem = tmp / f"{framework}{'-' + mode if mode else ''}-{attempt}"
         skip, progress_path, json_path = (stem.with_suffix(x) for x in (".skip", ".jsonl", ".json"))
         skip.write_text("\n".join(started))
-        env = {**os.environ, CHILD: str(progress_path), SKIP: str(skip), MAX_RSS: str(max_rss),
+        env = {**os.environ, CHILD: str(progress_path), SKIP: str(skip), **limits.env(),
                FIRST: "1" if first else "", PICKS: json.dumps(list(picks))}
-        cmd = [sys.executable, "-m", "pytest", *child_args(args, framework, str(json_path))]
+        cmd = [sys.executable, "-m", "pytest", *child_args(args, framework, str(json_path), mode)]
         code, stopped = children.run_child(cmd, env)
         outcome.workers[framework] = outcome.workers.get(framework, 0) + 1
         progress = read_progress(progress_path)
@@ -371,7 +438,7 @@ def _run_framework(framework: str, args: list[str], tmp: Path, max_rss: int, out
         return
 
 
-def merge(outcome: Outcome, max_rss: int, processes: int = 1) -> dict:
+def merge(outcome: Outcome, limits: Limits, processes: int = 1) -> dict:
     """One pytest-benchmark document from every worker's: their benchmarks in the order they ran
     (with `processes` N > 1, each case's N processes pooled into one: pooled()), machine_info's
     per-framework facts united, and the run's status over all of them."""
@@ -391,7 +458,7 @@ def merge(outcome: Outcome, max_rss: int, processes: int = 1) -> dict:
     status = "interrupted" if outcome.interrupted else "failed" if failed else "complete"
     info["run"] = {"status": status, "failed": failed}
     info["isolate"] = {"by": "framework", "workers": dict(outcome.workers), "crashed": list(outcome.crashes),
-                       "worker_max_rss": max_rss or None, "processes": processes}
+                       **limits.info(), "processes": processes}
     return merged
 
 

@@ -54,27 +54,49 @@ class OneModel:
     a call about a model other than the one held clears every cache it made first."""
 
     def __init__(self) -> None:
-        self.caches: list = []
+        self.caches: list = []  # the decorated functions
+        self.memos: list[dict] = []  # their figures, by arguments
         self.held = ""  # the model they hold
 
     def __call__(self, fn):
-        memo = functools.cache(fn)
-        self.caches.append(memo)
+        memo: dict = {}
+        self.memos.append(memo)
 
         @functools.wraps(fn)
-        def wrapper(name: str, *args, **kwargs):
+        def wrapper(name: str, *args):
             self.hold(name)
-            return memo(name, *args, **kwargs)
+            if (name, *args) not in memo:
+                memo[(name, *args)] = fn(name, *args)
+            return memo[(name, *args)]
 
-        wrapper.cache_clear = memo.cache_clear  # type: ignore[attr-defined]
+        wrapper.cache_clear = memo.clear  # type: ignore[attr-defined]
+        self.caches.append(wrapper)
         return wrapper
 
     def hold(self, name: str) -> None:
         """Keep `name`'s figures only: every cache made for another model is cleared."""
         if self.held != name:
-            for cache in self.caches:
-                cache.cache_clear()
+            for memo in self.memos:
+                memo.clear()
             self.held = name
+
+    def nbytes(self) -> int:
+        """The bytes of the arrays the caches hold now, each array counted once."""
+        seen: dict[int, int] = {}
+
+        def walk(value) -> None:
+            if isinstance(value, np.ndarray):
+                seen[id(value)] = value.nbytes
+            elif isinstance(value, dict):
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, tuple | list):
+                for v in value:
+                    walk(v)
+
+        for memo in self.memos:
+            walk(list(memo.values()))
+        return sum(seen.values())
 
 
 _one_model = OneModel()
@@ -86,6 +108,12 @@ def hold_only(name: str) -> None:
     memory, and its peak resident set would count them: a torch worker held 1,838 MiB after
     ResNet-50's training, 400 MiB once they went (garbage collected and trimmed both times)."""
     _one_model.hold(name)
+
+
+def held_bytes() -> int:
+    """What the references of the model last checked hold: kept on purpose for the next case of
+    that model, which would compute them if it ran alone, and let go before a case of another."""
+    return _one_model.nbytes()
 
 
 def initial_weights(model: ModelSpec) -> dict[str, np.ndarray]:

@@ -90,6 +90,11 @@ class JaxBackend(Backend):
             os.sched_setaffinity(0, allowed)
         self._threads = min(n, len(allowed))
 
+    def forget(self) -> None:
+        """jit's and eager dispatch's compiled programs, with what they captured: a worker kept
+        250 MiB after LeNet's eager training step, 20 MiB once they were cleared."""
+        jax.clear_caches()
+
     def threads(self) -> int:
         if self._threads is None:  # started by someone else, or not yet: all allowed cores
             return len(os.sched_getaffinity(0))

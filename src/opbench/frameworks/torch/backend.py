@@ -73,6 +73,10 @@ class TorchBackend(Backend):
     def set_threads(self, n: int) -> None:
         torch.set_num_threads(n)
 
+    def forget(self) -> None:
+        """torch.compile's compiled graphs and guards (Dynamo's and inductor's caches in memory)."""
+        torch.compiler.reset()
+
     def threads(self) -> int:
         return torch.get_num_threads()
 
