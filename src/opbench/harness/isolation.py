@@ -15,9 +15,10 @@ first use imports and keeps (torch.compile's inductor: 66 MiB) stay out of the o
 - A worker whose resident set passed --worker-max-rss after a case stops there, and a fresh one
   runs the cases left: memory stays bounded by the largest case, not the sum.
 - After each case a worker collects its garbage and lets its framework's compiled programs go
-  (Backend.forget). One that still holds more than --worker-max-growth above what it held at its
-  first case stops there too: a case's peak memory then carries at most that much of what earlier
-  cases left, and agrees with the same case's peak in a process of its own.
+  (Backend.forget). One that still holds more than --worker-max-growth above what it held after
+  its first case stops there too: a case's peak memory then carries at most that much of what earlier
+  cases left, and agrees with the same case's peak in a process of its own where the framework
+  lets its compiled programs go (TensorFlow's XLA does not: docs/usage/running.md).
 
 Each worker prints its own pytest output and pytest-benchmark table; the merged run is what is
 saved (--benchmark-json, --benchmark-save, --benchmark-autosave) and what `opbench report` and
@@ -49,7 +50,7 @@ from opbench.harness.memory import current_rss
 CHILD = "OPBENCH_ISOLATED_CHILD"  # in a worker's environment: its progress file
 SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what earlier workers started)
 MAX_RSS = "OPBENCH_ISOLATED_MAX_RSS"  # bytes; 0: no limit
-MAX_GROWTH = "OPBENCH_ISOLATED_MAX_GROWTH"  # a fraction of the worker's resident set at its first case; 0: none
+MAX_GROWTH = "OPBENCH_ISOLATED_MAX_GROWTH"  # a fraction of what the worker holds after its first case; 0: none
 FIRST = "OPBENCH_ISOLATED_FIRST"  # set in the first framework's workers: they also run tests bound to no framework
 PICKS = "OPBENCH_ISOLATED_PICKS"  # JSON: the node ids the user named ('file::test[id]'), which the worker selects
 NO_TESTS, USAGE_ERROR = 5, 4  # pytest's exit codes
@@ -313,7 +314,7 @@ class Outcome:
 @dataclass(frozen=True)
 class Limits:
     """When a worker is replaced between cases: past `max_rss` bytes (0: never), or more than
-    `max_growth` (a fraction; 0: never) above its resident set at its first case."""
+    `max_growth` (a fraction; 0: never) above what it held after its first case (WorkerProgress.left)."""
 
     max_rss: int = 0
     max_growth: float = 0.0
@@ -334,8 +335,8 @@ def forget(framework: str) -> None:
 
     try:
         frameworks.load(framework).forget()
-    except Exception:  # a framework that is not there holds nothing
-        pass
+    except Exception:  # a framework that is not there holds nothing; one whose release failed keeps what it
+        pass  # holds, which the growth check then sees
     release()
 
 
