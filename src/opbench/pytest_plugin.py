@@ -94,7 +94,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         limits = isolation.Limits(settings.worker_max_rss, settings.worker_max_growth)
         return isolation.run(args, settings.frameworks, config.option, limits, show=_show_merged,
                              processes=settings.processes,
-                             modes={f: settings.framework_modes(f) for f in settings.frameworks})
+                             modes={f: settings.framework_modes(f) for f in settings.frameworks},
+                             refuse=lambda selected, reasons: refusal(settings, selected, reasons))
     return None
 
 
@@ -350,10 +351,11 @@ def nothing_measurable(settings: Settings, cases: list) -> str | None:
     """A usage error when the user's own choice of device, framework, mode, dtype or precision
     leaves nothing that can run here (--device gpu on a machine without one): a CI job that
     measured nothing must not pass. With the defaults, what cannot run is skipped with its reason."""
-    asked = dict(settings.asked)
-    chosen = [asked[o] for o in ("device", "framework", "mode", "dtype", "precision") if o in asked]
-    if not chosen:
-        return None
+    return refusal(settings, len(cases), none_runs(cases))
+
+
+def none_runs(cases: list) -> list[str] | None:
+    """Why none of `cases` can run here, each reason once; None where one of them can."""
     reasons: dict[str, None] = {}
     seen = set()
     for case in cases:
@@ -365,8 +367,18 @@ def nothing_measurable(settings: Settings, cases: list) -> str | None:
         if why is None:
             return None
         reasons[why] = None
-    shown = list(reasons)[:3] + ([f"and {len(reasons) - 3} more"] if len(reasons) > 3 else [])
-    return f"{', '.join(chosen)}: none of the {len(cases)} selected benchmarks can run here ({'; '.join(shown)})"
+    return list(reasons)
+
+
+def refusal(settings: Settings, selected: int, reasons: list[str] | None) -> str | None:
+    """The usage error's line for `selected` benchmarks none of which can run (for `reasons`),
+    where the user chose the options that leave them: None where something runs or they chose none."""
+    asked = dict(settings.asked)
+    chosen = [asked[o] for o in ("device", "framework", "mode", "dtype", "precision") if o in asked]
+    if not chosen or not reasons:
+        return None
+    shown = reasons[:3] + ([f"and {len(reasons) - 3} more"] if len(reasons) > 3 else [])
+    return f"{', '.join(chosen)}: none of the {selected} selected benchmarks can run here ({'; '.join(shown)})"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -383,9 +395,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.active = True
     used = {c.framework for c in cases}
     state.frameworks_used = tuple(f for f in state.settings.frameworks if f in used)
-    refusal = nothing_measurable(state.settings, cases)
-    if refusal:
-        raise pytest.UsageError(refusal)
+    from opbench.harness import isolation
+
+    worker = isolation.progress(session.config)
+    if worker is not None:  # the parent judges the whole run: this worker's cases are one part of it
+        worker.selected([item.nodeid for item in session.items if case_of(item) is not None], none_runs(cases))
+    else:
+        line = nothing_measurable(state.settings, cases)
+        if line:
+            raise pytest.UsageError(line)
     _warmup_on_by_default(session.config)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or session.config.getoption("collectonly") or reporter.verbosity < 0:

@@ -137,6 +137,35 @@ def test_a_worker_past_its_memory_limit_is_replaced_between_cases(pytester):
         assert bench["extra_info"]["peak_rss_bytes"] >= bench["extra_info"]["rss_before_bytes"] > 0
 
 
+def test_a_worker_whose_share_holds_nothing_that_runs_skips_it_and_the_run_goes_on(pytester):
+    """make bench ended in exit 4 after MXNet: its last recycled worker was left one amp case MXNet
+    cannot run, stopped the run with the usage error meant for a selection of the user's, and JAX
+    never ran. Here every worker takes one case (past 1 byte) and the GPU cases of a CPU machine
+    come last: their workers skip them, and the run, which measured the CPU cases, passes."""
+    pytester.makepyfile(test_b=BENCHMARKS)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--device", "cpu,gpu",
+                                           "--worker-max-rss", "1", "--benchmark-max-time=0.01", "-rs",
+                                           f"--benchmark-json={out}", "-p", "no:cacheprovider")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, text
+    assert "none of the" not in text and "SKIPPED [1] test_b.py:5: NumPy runs on the CPU only" in text, text
+    doc = json.loads(out.read_text())
+    assert _names(doc) == {f"test_{op}[numpy-cpu-eager-float32-256x1024]" for op in ("relu", "sigmoid")}
+    assert doc["machine_info"]["opbench"]["run"]["status"] == "complete"
+
+
+def test_a_run_none_of_whose_benchmarks_can_run_is_one_usage_error_as_without_workers(pytester):
+    pytester.makepyfile(test_b=BENCHMARKS)
+    result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--device", "gpu",
+                                           "--benchmark-max-time=0.01", "-p", "no:cacheprovider")
+    assert result.ret == isolation.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    said = [x for x in result.stderr.str().splitlines() if x.startswith("ERROR:")]
+    # the user's own options only, not the mode the parent gave its worker; counted over the whole run
+    assert said == ["ERROR: --device gpu, --framework numpy: none of the 2 selected benchmarks can run here "
+                    "(NumPy runs on the CPU only)"], result.stderr.str()
+
+
 KEEPING = """
 import numpy as np
 import pytest

@@ -116,6 +116,11 @@ class WorkerProgress:
             config.hook.pytest_deselected(items=left)
         self.total = len(items)
 
+    def selected(self, cases: list[str], none_runs: list[str] | None) -> None:
+        """The benchmarks this worker selected, and why none of them can run here (None where one
+        can): whether a whole run measured nothing is the parent's to say, over every worker."""
+        self._write({"cases": cases, "none_runs": none_runs})
+
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         self._write({"start": nodeid})
 
@@ -175,6 +180,11 @@ def _framework(config: pytest.Config) -> str:
     return config.getoption("opbench_framework") or "framework"
 
 
+def progress(config: pytest.Config) -> WorkerProgress | None:
+    """This process's progress plugin where it is a worker, else None."""
+    return config.pluginmanager.get_plugin("opbench-worker-progress")
+
+
 def register(config: pytest.Config, between: Callable[[], int] = lambda: 0) -> None:
     """In a worker (CHILD in its environment), add the progress plugin; `between` is the caller's
     step between two cases, which returns the bytes it keeps on purpose for the next one."""
@@ -230,6 +240,8 @@ class Progress:
     failed: list[str] = field(default_factory=list)
     benches: list[dict] = field(default_factory=list)
     matched: list[str] = field(default_factory=list)  # the user's node ids this worker collected
+    cases: list[str] = field(default_factory=list)  # the benchmarks it selected
+    none_runs: list[str] | None = None  # why none of them can run here; None where one can
     recycled: bool = False
 
     @property
@@ -263,6 +275,8 @@ def read_progress(path: Path) -> Progress:
             progress.recycled = True
         elif "matched" in record:
             progress.matched += record["matched"]
+        elif "cases" in record:
+            progress.cases, progress.none_runs = record["cases"], record["none_runs"]
     return progress
 
 
@@ -298,6 +312,9 @@ class Outcome:
     workers: dict[str, int] = field(default_factory=dict)
     codes: list[int] = field(default_factory=list)  # each framework's last worker's exit code
     matched: set[str] = field(default_factory=set)  # the user's node ids some worker collected
+    selected: set[str] = field(default_factory=set)  # the benchmarks the workers selected
+    runnable: bool = False  # whether one of them can run here
+    none_runs: dict[str, None] = field(default_factory=dict)  # why the others cannot
     interrupted: bool = False
 
     @property
@@ -342,12 +359,17 @@ def forget(framework: str) -> None:
 
 def run(args: list[str], frameworks: tuple[str, ...], option, limits: Limits,
         show: Callable[[dict], None] | None = None, processes: int = 1,
-        modes: dict[str, tuple[str, ...]] | None = None) -> int:
+        modes: dict[str, tuple[str, ...]] | None = None,
+        refuse: Callable[[int, list[str]], str | None] = lambda selected, reasons: None) -> int:
     """Run each framework's benchmarks in workers, merge, hand the merged document to `show` (the
     plugin prints its side-by-side grid), save as the parent was asked to. With `processes` N > 1,
     every framework's cases run N times over, in fresh workers each time (frameworks alternated),
     each with 1/N of the rounds, and each case is saved once with the statistics of all its rounds
-    (pooled). Returns pytest's exit code for the whole run."""
+    (pooled). A run whose benchmarks none can run here is pytest's usage error where `refuse`
+    gives its line (the user chose the options that leave nothing), as it is without workers;
+    a worker whose share happens to hold nothing that runs (the cases left after a recycling,
+    a framework without the precision asked) skips them, as a case does in a plain run.
+    Returns pytest's exit code for the whole run."""
     outcome = Outcome()
     picks = [a for a in getattr(option, "file_or_dir", None) or () if "::" in a]
     groups = [(f, m) for f in frameworks for m in (modes or {}).get(f) or (None,)]
@@ -361,6 +383,10 @@ def run(args: list[str], frameworks: tuple[str, ...], option, limits: Limits,
     if outcome.interrupted:
         print("opbench: interrupted; saving the cases that finished", file=sys.stderr, flush=True)
     elif USAGE_ERROR not in outcome.codes:
+        line = refuse(len(outcome.selected), list(outcome.none_runs)) if not outcome.runnable else None
+        if line:  # pytest's own form for a usage error
+            print(f"ERROR: {line}", file=sys.stderr, flush=True)
+            outcome.codes.append(USAGE_ERROR)
         for pick in picks:
             if pick not in outcome.matched:  # pytest's own words for a node id that names nothing
                 print(f"ERROR: not found: {pick} (in no framework's worker: {', '.join(frameworks)})",
@@ -411,6 +437,12 @@ def _run_framework(framework: str, args: list[str], tmp: Path, limits: Limits, o
         outcome.benches += progress.benches
         outcome.failed += progress.failed
         outcome.matched.update(progress.matched)
+        outcome.selected.update(progress.cases)
+        if progress.cases:
+            if progress.none_runs is None:
+                outcome.runnable = True
+            else:
+                outcome.none_runs.update(dict.fromkeys(progress.none_runs))
         started += progress.started
         if json_path.exists():
             try:
