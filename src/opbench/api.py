@@ -11,6 +11,8 @@ module may change between releases. Importing it imports no framework.
 - `model(...)` declares a model from opbench's layers (Dense, Conv2D, ...): every framework
   builds it with the same weights, and `globals().update(m.benchmarks())` gives its training
   step and inference benchmarks, held to the float64 reference as the catalogue's models are.
+- `builtin_operators(family)` gives opbench's own operators as the same Operators: opbench's
+  benchmarks/ops files generate their benchmarks with it, as a user's file does.
 - The `fw` fixture (the pytest plugin) gives a test one framework in one mode on one device and
   dtype: `fw.array`, `fw.compile`, `fw.sync`, `fw.check` and `fw.measure` (Runner).
 """
@@ -47,8 +49,8 @@ from opbench.workloads.models.spec import (
 from opbench.workloads.ops.base import Arg, register
 
 __all__ = ["LSTM", "Arg", "BatchNorm", "Conv2D", "CorrectnessError", "DeclarationError", "Dense", "Flatten",
-           "GlobalAvgPool", "Model", "Operator", "Optimizer", "Pool2D", "Residual", "Runner", "model", "models_from",
-           "operator"]
+           "GlobalAvgPool", "Model", "Operator", "Optimizer", "Pool2D", "Residual", "Runner", "builtin_operators",
+           "model", "models_from", "operator"]
 
 
 def _caller(depth: int = 2) -> str:
@@ -78,6 +80,17 @@ class Operator:
         from opbench.suites.ops.generate import benchmarks_of
 
         return benchmarks_of(self.spec)
+
+
+def builtin_operators(family: str) -> tuple[Operator, ...]:
+    """opbench's own operators of `family` (activation, linalg, conv, ...), each the Operator a
+    declaration gives. opbench's benchmarks/ops files are written with it, through the same call as a
+    user's own operator: `for op in builtin_operators("linalg"): globals().update(op.benchmarks())`.
+    Operators a user declared in that family are benchmarked where they are declared, not here.
+    Raises DeclarationError for an unknown family, naming the valid ones."""
+    if family not in ops.FAMILIES:
+        raise DeclarationError(f"unknown operator family {family!r}; valid: {', '.join(ops.FAMILIES)}")
+    return tuple(Operator(spec) for spec in ops.REGISTRY.values() if spec.family == family and not spec.origin)
 
 
 def _as_tuple(made: Any) -> tuple[np.ndarray, ...]:

@@ -41,10 +41,11 @@ def test_an_operator_is_registered_with_its_origin_and_benchmarks(declared):
     declared.append("cube_t")
     api.operator("cube_t", family="activation", inputs=lambda rng, p: rng.standard_normal(3),
                  reference=lambda p, x: x ** 3, sizes=[{"n": 3}])
-    from opbench.suites.ops.generate import operator_benchmarks
-
     # benchmarks/ops generates opbench's own operators only: a user's runs where it is declared
-    assert "test_cube_t" not in operator_benchmarks("activation") and "test_relu" in operator_benchmarks("activation")
+    own = {name for op in api.builtin_operators("activation") for name in op.benchmarks()}
+    assert "test_cube_t" not in own and {"test_relu", "test_relu_backward"} <= own
+    with pytest.raises(api.DeclarationError, match=r"unknown operator family 'activations'; valid: .*activation"):
+        api.builtin_operators("activations")
 
 
 def test_a_backend_finds_the_users_implementation_with_its_module_first(declared):

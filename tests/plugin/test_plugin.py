@@ -235,8 +235,9 @@ def test_a_benchmark_without_a_case_in_the_chosen_modes_is_not_generated(suite, 
     """Creation operators run eager only: under --mode compile they have no case. That was an empty
     parametrisation, a NOTSET item without markers, and an INTERNALERROR when the plugin read it.
     (In a subprocess: the selection imports torch, and an in-process run would import it again.)"""
-    suite.makepyfile(test_creation="from opbench.suites.ops.generate import operator_benchmarks\n"
-                                   "globals().update(operator_benchmarks('creation'))\n")
+    suite.makepyfile(test_creation="from opbench import api\n"
+                                   "for op in api.builtin_operators('creation'):\n"
+                                   "    globals().update(op.benchmarks())\n")
     result = suite.runpytest_subprocess("--framework", "numpy,torch", *args, "--collect-only", "-q")
     text = result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in text and "NOTSET" not in text, text

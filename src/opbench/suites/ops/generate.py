@@ -1,9 +1,10 @@
 """The operator benchmarks, generated from the operator registry.
 
-A benchmark file of the operator suite is `globals().update(operator_benchmarks("linalg"))`: one
-`test_<op>` per operator of the family and a `test_<op>_backward` per differentiable one, each
-bound to its operator by the `opbench` marker (a hand-written benchmark binds the same way, under
-any name). Registering an operator is then all it takes to benchmark it.
+`benchmarks_of(spec)` is one operator's `test_<op>` and, where it is differentiable,
+`test_<op>_backward`, each bound to its operator by the `opbench` marker (a hand-written benchmark
+binds the same way, under any name). The benchmark files of the operator suite get them through the
+public API, as a user's file does (`opbench.api.builtin_operators(family)`, then each Operator's
+`benchmarks()`). Registering an operator is then all it takes to benchmark it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from opbench.core.schema import OP_DIRECTIONS
 from opbench.suites.registry import MARKER, Listing, Request
 from opbench.workloads import ops
 
-__all__ = ["MARKER", "benchmarks_of", "binding", "listing", "op_cases", "operator_benchmarks"]
+__all__ = ["MARKER", "benchmarks_of", "binding", "listing", "op_cases"]
 
 
 def directions(spec: ops.OpSpec) -> tuple[str, ...]:
@@ -26,17 +27,6 @@ def directions(spec: ops.OpSpec) -> tuple[str, ...]:
 
 def test_name(op: str, direction: str) -> str:
     return f"test_{op}" + ("_backward" if direction == "backward" else "")
-
-
-def operator_benchmarks(family: str) -> dict[str, Callable]:
-    """Every benchmark of operator family `family`, by test name."""
-    if family not in ops.FAMILIES:
-        raise ValueError(f"unknown operator family {family!r}; valid: {', '.join(ops.FAMILIES)}")
-    tests = {}
-    for spec in ops.REGISTRY.values():
-        if spec.family == family and not spec.origin:  # a user's own operators are benchmarked where declared
-            tests |= benchmarks_of(spec)
-    return tests
 
 
 def benchmarks_of(spec: ops.OpSpec) -> dict[str, Callable]:
