@@ -228,7 +228,92 @@ def test_a_suite_is_its_package_one_row_and_its_benchmarks(tmp_path):
     assert "test_toy[numpy-cpu-eager-float32-" in out.stdout, out.stdout[-2000:]
 
 
-@pytest.mark.parametrize("step", ["A framework", "A forward-only engine", "An operator", "A suite"])
+# A layer kind (extending.md, "A layer kind"): tanh as a layer of its own, with no parameters.
+TANH_KIND = '''
+
+@dataclass(frozen=True)
+class Tanh:
+    """A toy layer kind: tanh, element by element (tests/architecture/test_extending.py)."""
+
+    def output(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape
+
+    def parameters(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        return {}
+
+'''
+
+# The one entry each table takes, by file and table: the reference's forward and vjp, the least
+# multiply-adds, the breakdown's operators, and one builder per framework.
+TANH_ENTRIES = {
+    "workloads/models/reference.py": {
+        "FORWARD": "Tanh: lambda layer, path, params, x, run, tape: (np.tanh(x), None)",
+        "BACKWARD": "Tanh: lambda layer, path, params, inp, aux, dx, run, grads: dx * (1 - np.tanh(inp) ** 2)"},
+    "workloads/models/cost.py": {"LEAST_MACS": "Tanh: lambda layer, shape: 0"},
+    "suites/breakdown/prediction.py": {
+        "LAYERS": 'Tanh: lambda path, layer, shape, n: _act(path, "tanh", n, math.prod(shape))'},
+    "frameworks/torch/models.py": {"LAYERS": "Tanh: _alone(lambda layer, shape: nn.Tanh())"},
+    "frameworks/tensorflow/models.py": {
+        "LAYERS": 'Tanh: held(lambda layer, fmt, kw: [keras.layers.Activation("tanh", **kw)])'},
+    "frameworks/mxnet/models.py": {"LAYERS": 'Tanh: held(lambda layer, shape: [nn.Activation("tanh")])'},
+    "frameworks/jax/models.py": {"LAYERS": "Tanh: lambda layer, params, path, x, training, state: jnp.tanh(x)"},
+}
+
+TANH_MODEL = '''
+
+register(ModelSpec(
+    name="toytanh",
+    input_shape=(32,),
+    layers=(Dense(64), Tanh(), Dense(10)),
+    optimizer=Optimizer("sgd", 0.01),
+    batch={"quick": 16, "full": 16},
+    dataset="",
+    notes="a toy model of the toy layer kind (tests/architecture/test_extending.py)",
+))
+'''
+
+
+def _imports_tanh(text: str) -> str:
+    return text.replace("from __future__ import annotations\n",
+                        "from __future__ import annotations\n\nfrom opbench.workloads.models.spec import Tanh\n", 1)
+
+
+@pytest.mark.full  # a copy of the tree and a model in all four frameworks; make test-rest runs it
+def test_a_layer_kind_is_its_spec_and_one_entry_per_table(tmp_path):
+    """A layer kind: its dataclass in spec.py with its shape rules, named in the Layer union, then
+    one entry in each table extending.md lists. The tables' own tests accept it, and a model with it
+    passes the equivalence check (training and inference) in every framework."""
+    for name in ("torch", "tensorflow", "mxnet", "jax"):
+        load_or_skip(name)
+    tree = tree_copy(tmp_path)
+    shutil.copytree(ROOT / "tests", tree / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    package = tree / "src/opbench"
+    spec = package / "workloads/models/spec.py"
+    text = spec.read_text()
+    union = re.search(r"\nLayer = [^\n]+", text).group(0)
+    spec.write_text(text.replace(union, f"\n{TANH_KIND}{union} | Tanh"))
+    for where, entries in TANH_ENTRIES.items():
+        path = package / where
+        text = _imports_tanh(path.read_text())
+        for table, entry in entries.items():
+            assert text.count(f"\n{table} = {{\n") == 1, (where, table)
+            text = text.replace(f"\n{table} = {{\n", f"\n{table} = {{\n    {entry},\n")
+        path.write_text(text)
+    catalogue = package / "workloads/models/catalogue.py"
+    catalogue.write_text(_imports_tanh(catalogue.read_text()) + TANH_MODEL)
+    env = {"PYTHONPATH": str(tree / "src")}
+    tables = pytest_run(tree, "tests/frameworks/test_layer_tables.py", "tests/workloads/test_references.py", "-k",
+                        "every_layer_kind", env=env)
+    assert tables.returncode == 0, tables.stdout[-3000:] + tables.stderr[-3000:]
+    assert re.search(r"\b6 passed\b", tables.stdout), tables.stdout[-2000:]  # reference, cost, breakdown, builders
+    out = pytest_run(tree, "benchmarks/e2e/test_models.py", "-k", "toytanh", "--mode", "eager", "--precision",
+                     "float32", "--framework", "torch,tensorflow,mxnet,jax", env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # in each of the four frameworks: training, and inference at batch 1 and at its own batch
+    assert re.search(r"\b12 passed\b", out.stdout), out.stdout[-2000:]
+
+
+@pytest.mark.parametrize("step", ["A framework", "A forward-only engine", "An operator", "A suite", "A layer kind"])
 def test_extending_md_gives_each_step_this_file_takes(step):
     page = (ROOT / "docs/contributing/extending.md").read_text()
     assert f"## {step}" in page and "tests/architecture/test_extending.py" in page
