@@ -163,9 +163,9 @@ OPTIONS = (
            "with K, M, G; auto: 4G, or half the machine's memory where that is less) is replaced by a fresh one "
            "before its next case"),
     Option("worker_max_growth", "10%", "with --isolate framework, a worker whose resident set after a case (its "
-           "garbage collected, its framework's compiled programs let go) is more than this above what it held after "
-           "its first case is replaced by a fresh one before its next case, so that no case's peak memory carries what "
-           "earlier ones left (a percentage, or off)"),
+           "garbage collected, its framework's compiled programs let go) is more than this above the least a worker of "
+           "its framework and mode held after its first case is replaced by a fresh one before its next case, so that "
+           "no case's peak memory carries what earlier ones left (a percentage, or off)"),
     Option("processes", "1", "time each case in this many fresh workers, its rounds split between them, and save "
            "the statistics over all their rounds with the spread between processes (pyperf's model; turns on "
            "--isolate framework)"),
@@ -230,7 +230,7 @@ class Settings:
     breakdown: str = "off"
     isolate: str = "none"
     worker_max_rss: int = 0  # bytes; 0: no limit
-    worker_max_growth: float = 0.10  # a fraction of what a worker holds after its first case; 0: no limit
+    worker_max_growth: float = 0.10  # a fraction of the least a worker held after its first case; 0: no limit
     processes: int = 1  # workers per framework that each time every case (opbench.harness.isolation)
     workers: tuple[int, ...] = (1, 2)
     dist_timeout: float = 300.0
