@@ -11,6 +11,8 @@ module may change between releases. Importing it imports no framework.
 - `model(...)` declares a model from opbench's layers (Dense, Conv2D, ...): every framework
   builds it with the same weights, and `globals().update(m.benchmarks())` gives its training
   step and inference benchmarks, held to the float64 reference as the catalogue's models are.
+  `model_benchmarks(*models)` gives one training and one inference benchmark over several models;
+  without models, over opbench's own catalogue: benchmarks/e2e is written with it.
 - `builtin_operators(family)` gives opbench's own operators as the same Operators: opbench's
   benchmarks/ops files generate their benchmarks with it, as a user's file does.
 - The `fw` fixture (the pytest plugin) gives a test one framework in one mode on one device and
@@ -31,6 +33,7 @@ import numpy as np
 from opbench.core.case import dims_label
 from opbench.core.errors import DeclarationError
 from opbench.suites.functions import Runner
+from opbench.suites.models.cases import DIRECTIONS
 from opbench.suites.prepared import CorrectnessError
 from opbench.workloads import ops
 from opbench.workloads.models import catalogue
@@ -50,7 +53,7 @@ from opbench.workloads.ops.base import Arg, register
 
 __all__ = ["LSTM", "Arg", "BatchNorm", "Conv2D", "CorrectnessError", "DeclarationError", "Dense", "Flatten",
            "GlobalAvgPool", "Model", "Operator", "Optimizer", "Pool2D", "Residual", "Runner", "builtin_operators",
-           "model", "models_from", "operator"]
+           "model", "model_benchmarks", "models_from", "operator"]
 
 
 def _caller(depth: int = 2) -> str:
@@ -218,19 +221,35 @@ class Model:
 
     def benchmarks(self) -> dict[str, Callable]:
         """`test_<name>_training` and `test_<name>_inference`: for `globals().update(...)`."""
-        import pytest
+        return {f"test_{self.name}_{d}": _model_benchmark(f"test_{self.name}_{d}", d, self.name)
+                for d in DIRECTIONS}
 
-        from opbench.suites.measure import measure
 
-        def make(direction: str) -> Callable:
-            def benchmark_test(model_case, benchmark):
-                measure(benchmark, model_case)
+def _model_benchmark(test_name: str, direction: str, models: str | tuple[str, ...] | None) -> Callable:
+    """One model benchmark: `direction` of `models` (None: what benchmarks/e2e runs, the catalogue's
+    own models and those of --workloads), bound by the opbench marker that says so."""
+    import pytest
 
-            benchmark_test.__name__ = benchmark_test.__qualname__ = f"test_{self.name}_{direction}"
-            benchmark_test.__doc__ = f"{self.name} {direction} over the selected frameworks, modes and precisions."
-            return pytest.mark.opbench(model=self.name, direction=direction)(benchmark_test)
+    from opbench.suites.measure import measure
 
-        return {f"test_{self.name}_{d}": make(d) for d in ("training", "inference")}
+    def benchmark_test(model_case, benchmark):
+        measure(benchmark, model_case)
+
+    benchmark_test.__name__ = benchmark_test.__qualname__ = test_name
+    what = "the catalogue's models" if models is None else ", ".join((models,) if isinstance(models, str) else models)
+    benchmark_test.__doc__ = f"{what}: {direction} over the selected frameworks, modes and precisions."
+    if models is None:
+        return benchmark_test  # the suite's own listing (opbench.suites.models.cases) binds it by its name
+    return pytest.mark.opbench(model=models, direction=direction)(benchmark_test)
+
+
+def model_benchmarks(*models: Model) -> dict[str, Callable]:
+    """`test_training` and `test_inference`, each over all of `models` (the model is part of each
+    id: `test_training[torch-cpu-eager-float32-mlp-b128]`); for `globals().update(...)`. Without
+    models: opbench's own catalogue and the models of --workloads files, which is how
+    benchmarks/e2e writes its benchmarks."""
+    names = tuple(m.name for m in models) or None
+    return {f"test_{d}": _model_benchmark(f"test_{d}", d, names) for d in DIRECTIONS}
 
 
 def model(name: str, *, input_shape: Sequence[int], layers: Sequence[Any], optimizer: Optimizer | None = None,

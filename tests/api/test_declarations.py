@@ -92,6 +92,17 @@ def test_a_model_is_registered_apart_from_the_catalogues_own(declared):
     assert mark.kwargs == {"model": "tiny_t", "direction": "training"}
 
 
+def test_several_models_share_one_training_and_one_inference_benchmark(declared):
+    declared.extend(["one_t", "two_t"])
+    one = api.model("one_t", input_shape=(6,), layers=(api.Dense(3),), batch=5)
+    two = api.model("two_t", input_shape=(6,), layers=(api.Dense(4, "relu"), api.Dense(3)), batch=5)
+    tests = api.model_benchmarks(one, two)
+    assert set(tests) == {"test_training", "test_inference"}
+    assert tests["test_inference"].pytestmark[0].kwargs == {"model": ("one_t", "two_t"), "direction": "inference"}
+    own = api.model_benchmarks()  # benchmarks/e2e: unbound, the listing runs the catalogue and --workloads
+    assert set(own) == {"test_training", "test_inference"} and not hasattr(own["test_training"], "pytestmark")
+
+
 @pytest.mark.parametrize(("layers", "message"), [
     ((api.Dense(4), "relu"), "'relu' is not one of opbench's layers"),
     ((api.Dense(4), api.Flatten()), "the last layer is a Dense"),

@@ -5,7 +5,7 @@ from opbench import api
 
 PUBLIC = {"LSTM", "Arg", "BatchNorm", "Conv2D", "CorrectnessError", "DeclarationError", "Dense", "Flatten",
           "GlobalAvgPool", "Model", "Operator", "Optimizer", "Pool2D", "Residual", "Runner", "builtin_operators",
-          "model", "operator"}
+          "model", "model_benchmarks", "operator"}
 RUNNER = {"framework", "mode", "device", "dtype", "version", "module", "array", "numpy", "compile", "sync",
           "check", "measure"}
 
