@@ -13,6 +13,11 @@ case's timed rounds, reset before them where the kernel allows: opbench.harness.
     .venv/bin/python studies/isolation_order.py [--runs 2] [--path benchmarks/e2e] [-m MARKERS]
         [--out FILE] [pytest args]
 
+With `--against SAVED.json` (a saved run: `make bench`'s autosave under .benchmarks/), the full
+run is that one: each of its cases the selection holds runs alone `--runs` times, and the table
+gives the saved median and peak resident set against alone's (the done-when of a full run whose
+per-case memory does not depend on what ran before it).
+
 Defaults: 2 runs, benchmarks/e2e, -m "resnet20 and training and not amp" (each framework's
 ResNet-20 training step in its plain and compiled modes; about 25 minutes on 2 cores). Every way's
 figures are printed as it ends and appended to --out (JSON lines), so an interrupted study keeps
@@ -74,14 +79,49 @@ def geomean(xs: list[float]) -> float:
     return math.exp(statistics.mean(math.log(x) for x in xs))
 
 
+def against(saved_path: Path, ids: list[str], runs: int, extra: list[str]) -> None:
+    """Each case of the saved run that `ids` holds, alone `runs` times: the saved figures over alone's."""
+    try:
+        saved = {b["name"]: (b["stats"]["median"], b["extra_info"].get("peak_rss_bytes") or math.nan)
+                 for b in json.loads(saved_path.read_text())["benchmarks"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        sys.exit(f"isolation_order: {saved_path} is not a saved run ({type(exc).__name__}: {exc})")
+    ids = [node for node in ids if node.split("::")[-1] in saved]
+    if not ids:
+        sys.exit(f"isolation_order: the selection holds none of {saved_path}'s {len(saved)} benchmarks")
+    print(f"isolation_order: {len(ids)} cases of {saved_path.name}, each alone {runs} times",
+          file=sys.stderr, flush=True)
+    alone: dict[str, list[tuple[float, float]]] = {}
+    os.environ.setdefault("OPBENCH_REFERENCE_CACHE", str(ROOT / ".cache" / "references"))  # make's, kept
+    with tempfile.TemporaryDirectory() as folder:
+        for run in range(runs):
+            for i, node in enumerate(ids):
+                for name, figures in pytest(node, extra, Path(folder) / f"{run}-alone-{i}.json").items():
+                    alone.setdefault(name, []).append(figures)
+    print("| benchmark | alone median | alone spread | saved/alone | peak RSS alone | saved | saved/alone |")
+    print("|---|---|---|---|---|---|---|")
+    within = 0
+    for name in sorted(alone):
+        medians, peaks = [m for m, _ in alone[name]], [r for _, r in alone[name]]
+        spread, peak = max(medians) / min(medians), max(peaks)
+        ratio = saved[name][1] / peak
+        within += abs(ratio - 1) <= 0.10
+        print(f"| {name} | {geomean(medians) * 1e3:.3g} ms | {spread:.2f} | {saved[name][0] / geomean(medians):.3f} | "
+              f"{peak / 2**20:,.0f} MiB | {saved[name][1] / 2**20:,.0f} MiB | {ratio:.2f} |")
+    print(f"\npeak within 10% of alone's: {within} of {len(alone)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--path", default="benchmarks/e2e")
     parser.add_argument("-m", dest="markers", default="resnet20 and training and not amp")
     parser.add_argument("--out", type=Path, help="append every way's figures here as they land (JSON lines)")
+    parser.add_argument("--against", type=Path, help="a saved run: its cases against each alone, not the three ways")
     args, extra = parser.parse_known_args()
     ids = collect(args.path, args.markers, extra)
+    if args.against:
+        return against(args.against, ids, args.runs, extra)
     print(f"isolation_order: {len(ids)} cases, {args.runs} runs of {', '.join(WAYS)}", file=sys.stderr, flush=True)
     results: dict[str, list[dict]] = {way: [] for way in WAYS}
     start = time.monotonic()
