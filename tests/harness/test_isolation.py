@@ -338,6 +338,19 @@ def test_the_runs_exit_code_is_its_worst_frameworks(codes, benches, crashes, exp
     assert outcome.code == expected
 
 
+@pytest.mark.parametrize(("stopped", "failed", "status"), [
+    ([], [], "complete"), ([], ["t[x]"], "failed"),
+    (["mxnet"], [], "interrupted"), (["mxnet"], ["t[x]"], "interrupted"),
+])
+def test_a_run_a_worker_error_stopped_is_saved_as_interrupted_not_complete(stopped, failed, status):
+    # a fresh-clone make bench ended in exit 4 when MXNet's last worker stopped on a usage error,
+    # JAX never ran, and the saved run said "complete"
+    outcome = isolation.Outcome(benches=[{"fullname": "t[y]"}], failed=failed, stopped=stopped,
+                                codes=[4 if stopped else 0])
+    run = isolation.merge(outcome, isolation.Limits(0, 0))["machine_info"]["opbench"]["run"]
+    assert run["status"] == status and run.get("stopped", []) == stopped
+
+
 def test_auto_bounds_a_worker_at_4g_or_half_the_memory():
     from opbench.harness.config import AUTO_WORKER_RSS, machine_memory, parse_size
 

@@ -56,7 +56,7 @@ MAX_GROWTH = "OPBENCH_ISOLATED_MAX_GROWTH"  # a fraction of what the worker hold
 BASE = "OPBENCH_ISOLATED_BASE"  # bytes: the least an earlier worker of its framework and mode held after a first case
 FIRST = "OPBENCH_ISOLATED_FIRST"  # set in the first framework's workers: they also run tests bound to no framework
 PICKS = "OPBENCH_ISOLATED_PICKS"  # JSON: the node ids the user named ('file::test[id]'), which the worker selects
-NO_TESTS, USAGE_ERROR = 5, 4  # pytest's exit codes
+NO_TESTS, USAGE_ERROR, INTERNAL_ERROR = 5, 4, 3  # pytest's exit codes
 _OWN_FLAGS = ("--framework", "--isolate", "--worker-max-rss", "--worker-max-growth", "--processes")
 
 
@@ -331,6 +331,7 @@ class Outcome:
     runnable: bool = False  # whether one of them can run here
     none_runs: dict[str, None] = field(default_factory=dict)  # why the others cannot
     interrupted: bool = False
+    stopped: list[str] = field(default_factory=list)  # frameworks whose worker ended in an error, cases left
 
     @property
     def code(self) -> int:
@@ -485,6 +486,8 @@ def _run_framework(framework: str, args: list[str], tmp: Path, limits: Limits, o
             print(f"opbench: {framework} worker {how_it_died(code)} outside any case", file=sys.stderr, flush=True)
             outcome.crashes.append({"case": None, "how": how_it_died(code)})
             code = 1
+        if code in (INTERNAL_ERROR, USAGE_ERROR):  # pytest stopped that worker before its cases ran out
+            outcome.stopped.append(framework)
         outcome.codes.append(code)
         return
 
@@ -506,8 +509,11 @@ def merge(outcome: Outcome, limits: Limits, processes: int = 1) -> dict:
                 info[key] = {**info[key], **value}
             else:
                 info.setdefault(key, value)
-    status = "interrupted" if outcome.interrupted else "failed" if failed else "complete"
-    info["run"] = {"status": status, "failed": failed}
+    # a framework whose worker pytest stopped (internal or usage error) did not run all it selected,
+    # and the frameworks after it none: such a run is not complete, however well its cases went
+    stopped = outcome.interrupted or bool(outcome.stopped)
+    status = "interrupted" if stopped else "failed" if failed else "complete"
+    info["run"] = {"status": status, "failed": failed, **({"stopped": outcome.stopped} if outcome.stopped else {})}
     info["isolate"] = {"by": "framework", "workers": dict(outcome.workers), "crashed": list(outcome.crashes),
                        **limits.info(), "processes": processes}
     return merged
