@@ -44,7 +44,6 @@ from opbench.suites.model_reference import (
 )
 from opbench.suites.prepared import CorrectnessError
 from opbench.workloads.models import catalogue, datasets, reference
-from opbench.workloads.models.spec import LSTM, walk
 
 
 def _params(group: WorkerGroup, tag: str) -> list[dict[str, np.ndarray]]:
@@ -160,7 +159,7 @@ def timed_references(case, data_dir: str, lstm_biases: int, eps_corrected: bool)
     # under two keys, whose pushes the server may take in different orders: their sum moves by
     # one order's half step plus another's (seen: MXNet's 0.b 0.34 off the nearest single order)
     initial = initial_weights(model)
-    biases = [f"{path}.b" for path, layer, _ in walk(model.layers, model.input_shape) if isinstance(layer, LSTM)]
+    biases = list(reference.update_scale(model, lstm_biases))  # the LSTMs' canonical biases
     mixed = [({k: initial[k] + sum(w[k] - initial[k] for w, _ in pick) / lstm_biases for k in biases},
               {k: max(allowed[k] for _, allowed in pick) for k in biases})
              for pick in itertools.combinations_with_replacement(wants, lstm_biases)]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from opbench.workloads.models.precision import PRODUCT_PARAMS
 from opbench.workloads.models.spec import LSTM, BatchNorm, Conv2D, Dense, ModelSpec, Optimizer, walk
 
 
@@ -79,8 +80,8 @@ class NativeModel(abc.ABC):
 
     def compute_layers(self) -> dict[str, str]:
         """The paths and kinds of the layers whose products mixed precision lowers."""
-        return {path: type(layer).__name__ for path, layer, _ in walk(self.spec.layers, self.spec.input_shape)
-                if isinstance(layer, (Dense, Conv2D, LSTM))}
+        return {path: type(layer).__name__ for path, layer, shape in walk(self.spec.layers, self.spec.input_shape)
+                if any(f".{name}" in PRODUCT_PARAMS for name in layer.parameters(shape))}
 
     @abc.abstractmethod
     def _slots(self) -> Iterator[Slot]:
