@@ -452,7 +452,7 @@ def _run_framework(framework: str, args: list[str], tmp: Path, limits: Limits, o
         code, stopped = children.run_child(cmd, env)
         outcome.workers[framework] = outcome.workers.get(framework, 0) + 1
         progress = read_progress(progress_path)
-        base = min(base or progress.base, progress.base or base)
+        base = progress.base or base  # the worker wrote the least of its own and the `base` it was given
         outcome.benches += progress.benches
         outcome.failed += progress.failed
         outcome.matched.update(progress.matched)
