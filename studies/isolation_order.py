@@ -51,8 +51,13 @@ def pytest(path: str, args: list[str], out: Path) -> dict[str, tuple[float, floa
     subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
     if not out.exists():
         sys.exit(f"isolation_order: {' '.join(cmd)} saved no results")
+    return figures(out)
+
+
+def figures(saved: Path) -> dict[str, tuple[float, float]]:
+    """A saved run's benchmarks: each one's (median s, peak RSS bytes)."""
     return {b["name"]: (b["stats"]["median"], b["extra_info"].get("peak_rss_bytes") or math.nan)
-            for b in json.loads(out.read_text())["benchmarks"]}
+            for b in json.loads(saved.read_text())["benchmarks"]}
 
 
 def collect(path: str, markers: str, extra: list[str]) -> list[str]:
@@ -65,12 +70,17 @@ def collect(path: str, markers: str, extra: list[str]) -> list[str]:
     return ids
 
 
+def alone(ids: list[str], extra: list[str], folder: Path, run: int) -> dict:
+    """Each node in a pytest process of its own (with its folder beside it, pytest would run the folder)."""
+    found = {}
+    for i, node in enumerate(ids):
+        found |= pytest(node, extra, folder / f"{run}-alone-{i}.json")
+    return found
+
+
 def one_way(way: str, ids: list[str], path: str, markers: str, extra: list[str], folder: Path, run: int) -> dict:
     if way == "alone":
-        found = {}
-        for i, node in enumerate(ids):  # the node alone: with its folder beside it, pytest would run the folder
-            found |= pytest(node, extra, folder / f"{run}-alone-{i}.json")
-        return found
+        return alone(ids, extra, folder, run)
     isolate = ["--isolate", "framework"] if way == "isolated" else []
     return pytest(path, ["-m", markers, *isolate, *extra], folder / f"{run}-{way}.json")
 
@@ -82,8 +92,7 @@ def geomean(xs: list[float]) -> float:
 def against(saved_path: Path, ids: list[str], runs: int, extra: list[str]) -> None:
     """Each case of the saved run that `ids` holds, alone `runs` times: the saved figures over alone's."""
     try:
-        saved = {b["name"]: (b["stats"]["median"], b["extra_info"].get("peak_rss_bytes") or math.nan)
-                 for b in json.loads(saved_path.read_text())["benchmarks"]}
+        saved = figures(saved_path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         sys.exit(f"isolation_order: {saved_path} is not a saved run ({type(exc).__name__}: {exc})")
     ids = [node for node in ids if node.split("::")[-1] in saved]
@@ -91,24 +100,23 @@ def against(saved_path: Path, ids: list[str], runs: int, extra: list[str]) -> No
         sys.exit(f"isolation_order: the selection holds none of {saved_path}'s {len(saved)} benchmarks")
     print(f"isolation_order: {len(ids)} cases of {saved_path.name}, each alone {runs} times",
           file=sys.stderr, flush=True)
-    alone: dict[str, list[tuple[float, float]]] = {}
+    found: dict[str, list[tuple[float, float]]] = {}
     os.environ.setdefault("OPBENCH_REFERENCE_CACHE", str(ROOT / ".cache" / "references"))  # make's, kept
     with tempfile.TemporaryDirectory() as folder:
         for run in range(runs):
-            for i, node in enumerate(ids):
-                for name, figures in pytest(node, extra, Path(folder) / f"{run}-alone-{i}.json").items():
-                    alone.setdefault(name, []).append(figures)
+            for name, figured in alone(ids, extra, Path(folder), run).items():
+                found.setdefault(name, []).append(figured)
     print("| benchmark | alone median | alone spread | saved/alone | peak RSS alone | saved | saved/alone |")
     print("|---|---|---|---|---|---|---|")
     within = 0
-    for name in sorted(alone):
-        medians, peaks = [m for m, _ in alone[name]], [r for _, r in alone[name]]
+    for name in sorted(found):
+        medians, peaks = [m for m, _ in found[name]], [r for _, r in found[name]]
         spread, peak = max(medians) / min(medians), max(peaks)
         ratio = saved[name][1] / peak
         within += abs(ratio - 1) <= 0.10
         print(f"| {name} | {geomean(medians) * 1e3:.3g} ms | {spread:.2f} | {saved[name][0] / geomean(medians):.3f} | "
               f"{peak / 2**20:,.0f} MiB | {saved[name][1] / 2**20:,.0f} MiB | {ratio:.2f} |")
-    print(f"\npeak within 10% of alone's: {within} of {len(alone)}")
+    print(f"\npeak within 10% of alone's: {within} of {len(found)}")
 
 
 def main() -> None:
