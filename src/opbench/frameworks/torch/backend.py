@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -21,20 +22,30 @@ _DEVICES = {"cpu": "cpu", "gpu": "cuda"}
 # float32 means float32: no TF32 tensor-core shortcuts on GPUs that have them.
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-# A compiled benchmark must never fall back to eager behind our back.
-torch._dynamo.config.fail_on_recompile_limit_hit = True
+
+
+def _dynamo():
+    """torch.compile's front end, imported at the first compiled case and not before: it costs an
+    eager process 3.8 s to start and 80 MB resident (sympy among them) that no eager case uses, and
+    an eager case's peak memory would carry them. A compiled benchmark must never fall back to
+    eager behind our back, so its recompile limit is an error."""
+    import torch._dynamo
+
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    return torch._dynamo
 
 
 def _whole_graph(fn):
     """`fn` compiled whole (fullgraph): a graph break, which would run part of a model's step
     eagerly under the compile label (nn.LSTM: "Attempted to wrap RNN, GRU, or LSTM"), raises
     NotCompiled on the first call instead."""
+    dynamo = _dynamo()
     compiled = torch.compile(fn, dynamic=False, fullgraph=True)
 
     def call(*args):
         try:
             return compiled(*args)
-        except torch._dynamo.exc.Unsupported as exc:
+        except dynamo.exc.Unsupported as exc:
             raise NotCompiled(f"torch.compile(fullgraph=True): {one_line(exc, limit=200)}") from None
 
     return call
@@ -74,8 +85,10 @@ class TorchBackend(Backend):
         torch.set_num_threads(n)
 
     def forget(self) -> None:
-        """torch.compile's compiled graphs and guards (Dynamo's and inductor's caches in memory)."""
-        torch.compiler.reset()
+        """torch.compile's compiled graphs and guards (Dynamo's and inductor's caches in memory),
+        where a case compiled anything: resetting would import the compiler into an eager process."""
+        if "torch._dynamo" in sys.modules:
+            torch.compiler.reset()
 
     def threads(self) -> int:
         return torch.get_num_threads()
@@ -87,7 +100,7 @@ class TorchBackend(Backend):
         """`fn` in `mode`. Compiled functions start from an empty Dynamo cache, so that one case
         never meets another's guards or recompile limit; fullgraph makes a graph break an error."""
         if mode == "compile":
-            torch._dynamo.reset()
+            _dynamo().reset()
             return torch.compile(fn, dynamic=False, fullgraph=fullgraph)
         if mode == "eager":
             return fn
@@ -125,7 +138,7 @@ class TorchBackend(Backend):
 
         self._mode(lambda: None, mode)  # an unknown mode is an error here, not an eager model
         if mode == "compile":
-            torch._dynamo.reset()
+            _dynamo().reset()
         compile_fn = _whole_graph if mode == "compile" else (lambda fn: fn)
         amp = precision.low_dtype(dtype, device)
         return models.TorchModel(model, params, device, dtype, mode, _DTYPES["float32"], _DEVICES[device],
