@@ -11,7 +11,14 @@ order. The memory column is the case's peak_rss_bytes (the process's high-water 
 case's timed rounds, reset before them where the kernel allows: opbench.harness.memory).
 
     .venv/bin/python studies/isolation_order.py [--runs 2] [--path benchmarks/e2e] [-m MARKERS]
-        [--out FILE] [pytest args]
+        [--alone case|framework] [--out FILE] [pytest args]
+
+With `--alone framework`, alone is each framework's cases in a pytest process of their own (the
+issue's "each framework alone"), for selections too many to start a process per case: the quick
+operators,
+
+    .venv/bin/python studies/isolation_order.py --runs 3 --alone framework --path benchmarks/ops \
+        -m "forward and (gemm or relu or conv2d or maxpool2d or batch_norm or flatten or zeros)"
 
 With `--against SAVED.json` (a saved run: `make bench`'s autosave under .benchmarks/), the full
 run is that one: each of its cases the selection holds runs alone `--runs` times, and the table
@@ -78,9 +85,24 @@ def alone(ids: list[str], extra: list[str], folder: Path, run: int) -> dict:
     return found
 
 
-def one_way(way: str, ids: list[str], path: str, markers: str, extra: list[str], folder: Path, run: int) -> dict:
+def frameworks_alone(ids: list[str], path: str, markers: str, extra: list[str], folder: Path, run: int) -> dict:
+    """Each framework's cases of the selection in a pytest process of their own (its marker added
+    to the selection), frameworks one after another."""
+    from opbench.harness.config import FRAMEWORKS
+
+    found = {}
+    for framework in FRAMEWORKS:
+        if any(f"[{framework}-" in node for node in ids):
+            found |= pytest(path, ["-m", f"({markers}) and {framework}", *extra],
+                            folder / f"{run}-alone-{framework}.json")
+    return found
+
+
+def one_way(way: str, ids: list[str], path: str, markers: str, extra: list[str], folder: Path, run: int,
+            by: str = "case") -> dict:
     if way == "alone":
-        return alone(ids, extra, folder, run)
+        return alone(ids, extra, folder, run) if by == "case" else frameworks_alone(ids, path, markers, extra,
+                                                                                      folder, run)
     isolate = ["--isolate", "framework"] if way == "isolated" else []
     return pytest(path, ["-m", markers, *isolate, *extra], folder / f"{run}-{way}.json")
 
@@ -124,6 +146,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--path", default="benchmarks/e2e")
     parser.add_argument("-m", dest="markers", default="resnet20 and training and not amp")
+    parser.add_argument("--alone", choices=("case", "framework"), default="case",
+                        help="alone: each case in a process of its own, or each framework's cases")
     parser.add_argument("--out", type=Path, help="append every way's figures here as they land (JSON lines)")
     parser.add_argument("--against", type=Path, help="a saved run: its cases against each alone, not the three ways")
     args, extra = parser.parse_known_args()
@@ -137,7 +161,7 @@ def main() -> None:
         os.environ.setdefault("OPBENCH_REFERENCE_CACHE", str(Path(folder) / "references"))
         for run in range(args.runs):
             for way in (WAYS if run % 2 == 0 else WAYS[::-1]):
-                found = one_way(way, ids, args.path, args.markers, extra, Path(folder), run)
+                found = one_way(way, ids, args.path, args.markers, extra, Path(folder), run, args.alone)
                 results[way].append(found)
                 if args.out:
                     with args.out.open("a", encoding="utf-8") as out:
