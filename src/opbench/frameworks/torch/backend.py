@@ -136,9 +136,7 @@ class TorchBackend(Backend):
     def build(self, model, params, device, dtype, mode):
         from opbench.frameworks.torch import models
 
-        self._mode(lambda: None, mode)  # an unknown mode is an error here, not an eager model
-        if mode == "compile":
-            _dynamo().reset()
+        self._mode(lambda: None, mode)  # an unknown mode an error, a compiled model's Dynamo cache emptied
         compile_fn = _whole_graph if mode == "compile" else (lambda fn: fn)
         amp = precision.low_dtype(dtype, device)
         return models.TorchModel(model, params, device, dtype, mode, _DTYPES["float32"], _DEVICES[device],
