@@ -188,19 +188,25 @@ def test_tanh(op_case, benchmark):
 """
 
 
+def _numpy_worker_run(pytester, source: str, growth: str):
+    """`source` as a benchmark file, run through NumPy's workers with --worker-max-growth `growth`:
+    pytest's result and the saved run."""
+    pytester.makepyfile(test_growth=source)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--mode", "eager",
+                                           "--benchmark-max-time=0.01", f"--benchmark-json={out}",
+                                           "-p", "no:cacheprovider", "--worker-max-growth", growth)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    return result, json.loads(out.read_text())
+
+
 @pytest.mark.parametrize("growth", ["10%", "off"])
 def test_a_worker_that_kept_memory_after_a_case_is_replaced_before_the_next(pytester, growth):
     """sigmoid keeps 256 MiB past its end, as a framework's cache would. With --worker-max-growth (10%
     by default) the worker, measured against what it held after its first case (relu), is replaced
     after sigmoid, so tanh starts in a fresh worker and its memory does not count sigmoid's; with
     off, tanh inherits the 256 MiB."""
-    pytester.makepyfile(test_keeping=KEEPING)
-    out = pytester.path / "run.json"
-    result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--mode", "eager",
-                                           "--benchmark-max-time=0.01", f"--benchmark-json={out}",
-                                           "-p", "no:cacheprovider", "--worker-max-growth", growth)
-    assert result.ret == 0, result.stdout.str() + result.stderr.str()
-    doc = json.loads(out.read_text())
+    result, doc = _numpy_worker_run(pytester, KEEPING, growth)
     before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
     info = doc["machine_info"]["opbench"]["isolate"]
     if growth == "off":
@@ -229,17 +235,50 @@ def test_a_fresh_worker_is_held_to_what_the_first_worker_held_after_its_first_ca
     against 1,161 after an operator, and ResNet-20's peak was 1.67x alone). Here the worker that
     follows sigmoid starts with tanh, which keeps 256 MiB: it is replaced after tanh too, and
     softsign starts as relu did."""
-    pytester.makepyfile(test_keeping=KEEPING_FIRST)
-    out = pytester.path / "run.json"
-    result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--mode", "eager",
-                                           "--benchmark-max-time=0.01", f"--benchmark-json={out}",
-                                           "-p", "no:cacheprovider", "--worker-max-growth", "10%")
-    assert result.ret == 0, result.stdout.str() + result.stderr.str()
-    doc = json.loads(out.read_text())
+    result, doc = _numpy_worker_run(pytester, KEEPING_FIRST, "10%")
     before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
     assert doc["machine_info"]["opbench"]["isolate"]["workers"] == {"numpy": 3}
     assert result.stdout.str().count("past --worker-max-growth 10%") == 2
     assert abs(before["test_softsign"] - before["test_relu"]) < 100 * 2**20, before
+
+
+# the backward passes set up 128 MiB at their first use and keep it, as torch's autograd engine does
+SETTING_UP = """
+import numpy as np
+import pytest
+from opbench.suites.measure import measure
+
+SET_UP = []
+
+def bench(op, direction):
+    @pytest.mark.opbench(op=op, direction=direction)
+    def test(op_case, benchmark):
+        if direction == "backward" and not SET_UP:
+            SET_UP.append(np.ones(128 * 2**17))  # written, so resident
+        measure(benchmark, op_case)
+    return test
+
+test_relu, test_relu_backward = bench("relu", "forward"), bench("relu", "backward")
+test_sigmoid, test_sigmoid_backward = bench("sigmoid", "forward"), bench("sigmoid", "backward")
+"""
+
+
+def test_a_worker_runs_the_forward_passes_first_and_keeps_what_the_backward_passes_set_up(pytester):
+    """What a direction sets up once (torch's autograd engine: 36 MiB, against a worker's 277 after
+    an operator) a backward case alone pays too. In pytest's order (each operator's forward, then its
+    backward) every backward case was followed by a forward one that carried it, and the worker was
+    replaced after every other case: 88 workers for torch's share of make bench. The worker runs
+    the forward cases first, the backward ones are measured against what a worker holds after its
+    first backward case, and one worker runs all four, the forward cases' memory their own."""
+    result, doc = _numpy_worker_run(pytester, SETTING_UP, "10%")
+    assert [b["name"].split("[")[0] for b in doc["benchmarks"]] == [
+        "test_relu", "test_sigmoid", "test_relu_backward", "test_sigmoid_backward"]
+    before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
+    assert doc["machine_info"]["opbench"]["isolate"]["workers"] == {"numpy": 1}, result.stdout.str()
+    assert "past --worker-max-growth" not in result.stdout.str()
+    assert abs(before["test_sigmoid"] - before["test_relu"]) < 64 * 2**20, before
+    forward = min(before["test_relu"], before["test_sigmoid"])
+    assert before["test_sigmoid_backward"] - forward > 100 * 2**20, before  # kept: no fresh worker
 
 
 def test_worker_max_growth_is_a_percentage_or_off():

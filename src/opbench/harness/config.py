@@ -164,7 +164,9 @@ OPTIONS = (
            "before its next case"),
     Option("worker_max_growth", "10%", "with --isolate framework, a worker whose resident set after a case (its "
            "garbage collected, its framework's compiled programs let go) is more than this above the least a worker of "
-           "its framework and mode held after its first case is replaced by a fresh one before its next case, so that "
+           "its framework and mode held after its first case of the next case's direction (a worker runs forward, "
+           "backward, inference, training and convergence cases in that order) is replaced by a fresh one before its "
+           "next case, so that "
            "no case's peak memory carries what earlier ones left (a percentage, or off)"),
     Option("processes", "1", "time each case in this many fresh workers, its rounds split between them, and save "
            "the statistics over all their rounds with the spread between processes (pyperf's model; turns on "

@@ -15,12 +15,22 @@ first use imports and keeps (torch.compile's inductor: 66 MiB) stay out of the o
 - A worker whose resident set passed --worker-max-rss after a case stops there, and a fresh one
   runs the cases left: memory stays bounded by the largest case, not the sum.
 - After each case a worker collects its garbage and lets its framework's compiled programs go
-  (Backend.forget). One that still holds more than --worker-max-growth above the least any worker
-  of its framework and mode held after its first case stops there too (a worker whose first case
-  was a large model is measured against that least, not against what its first case left): a
-  case's peak memory then carries at most that much of what earlier cases left, and agrees with
-  the same case's peak in a process of its own where the framework lets its compiled programs go
-  (TensorFlow's XLA does not: docs/usage/running.md).
+  (Backend.forget). One that still holds more than --worker-max-growth above what a case of the
+  next case's direction starts from stops there too: a case's peak memory then carries at most
+  that much of what earlier cases left, and agrees with the same case's peak in a process of its
+  own where the framework lets its compiled programs go (TensorFlow's XLA does not:
+  docs/usage/running.md).
+- What a case starts from depends on its direction (forward, backward, inference, training,
+  convergence): a framework sets up what a direction needs at its first use and keeps it (torch's
+  autograd engine, 36 MiB; its optimizers import the compiler front end, 80 MiB), and a case of
+  that direction alone pays it too. So a worker runs its cases by direction in that order (the
+  lighter first: an operator's forward pass never follows a backward one), and the reference of a
+  direction is the least any worker of its framework and mode held after its first case of that
+  direction (not what this worker's own first case left: in make bench TensorFlow's graph-mode
+  worker that began with VGG-16 held 1,841 MiB, against 1,161 after an operator, and ResNet-20's
+  peak was 1.67 times its peak alone). For a direction no worker has run yet, the reference is
+  the least of any direction, so a worker is replaced before it takes what one direction set up
+  into the next.
 
 Each worker prints its own pytest output and pytest-benchmark table; the merged run is what is
 saved (--benchmark-json, --benchmark-save, --benchmark-autosave) and what `opbench report` and
@@ -45,6 +55,7 @@ from pathlib import Path
 
 import pytest
 
+from opbench.core import schema
 from opbench.core.processes import plain, terminate_as_interrupt
 from opbench.harness import children
 from opbench.harness.memory import current_rss
@@ -52,8 +63,9 @@ from opbench.harness.memory import current_rss
 CHILD = "OPBENCH_ISOLATED_CHILD"  # in a worker's environment: its progress file
 SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what earlier workers started)
 MAX_RSS = "OPBENCH_ISOLATED_MAX_RSS"  # bytes; 0: no limit
-MAX_GROWTH = "OPBENCH_ISOLATED_MAX_GROWTH"  # a fraction of what the worker holds after its first case; 0: none
-BASE = "OPBENCH_ISOLATED_BASE"  # bytes: the least an earlier worker of its framework and mode held after a first case
+MAX_GROWTH = "OPBENCH_ISOLATED_MAX_GROWTH"  # a fraction of what a worker holds after a first case (BASE); 0: none
+# JSON {direction: bytes}: the least earlier workers of its framework and mode held after their first case of it
+BASE = "OPBENCH_ISOLATED_BASE"
 FIRST = "OPBENCH_ISOLATED_FIRST"  # set in the first framework's workers: they also run tests bound to no framework
 PICKS = "OPBENCH_ISOLATED_PICKS"  # JSON: the node ids the user named ('file::test[id]'), which the worker selects
 NO_TESTS, USAGE_ERROR, INTERNAL_ERROR = 5, 4, 3  # pytest's exit codes
@@ -77,16 +89,16 @@ class WorkerProgress:
 
     def __init__(self, config: pytest.Config, path: str, skip: str, max_rss: int, first: bool,
                  picks: tuple[str, ...] = (), max_growth: float = 0.0,
-                 between: Callable[[], int] = lambda: 0, base: int = 0) -> None:
+                 between: Callable[[], int] = lambda: 0, bases: dict[str, int] | None = None) -> None:
         self.config, self.max_rss, self.first, self.picks = config, max_rss, first, picks
         self.max_growth, self.between = max_growth, between
-        # What a worker of this framework and mode holds once its first case is over (left()): the
-        # least of this worker's and the earlier workers' (`base`, from the parent). A fresh worker
-        # whose first case was a large model holds what that case left (TensorFlow's graph mode after
-        # VGG-16: 1,841 MiB, against 1,161 after an operator), and measured against itself it
-        # passed that on to every later case (ResNet-20's peak 1.67x its peak alone in make bench).
-        self.given = base or None
-        self.base: int | None = None
+        # By direction, what a worker of this framework and mode holds once its first case of that
+        # direction is over (left()): the least of the earlier workers' (from the parent) and, once it
+        # has run one, this worker's own.
+        self.bases: dict[str, int] = dict(bases or {})
+        self.ran: set[str] = set()  # the directions this worker has run a case of
+        self.directions: dict[str, str] = {}  # node id -> its case's direction ('' for a test of none)
+        self.order: list[str] = []  # the node ids in the order this worker runs them
         self.out = open(path, "a", encoding="utf-8")  # open for the session, closed at its end
         self.skip = set(Path(skip).read_text().splitlines()) if skip and os.path.exists(skip) else set()
         self.total = self.ended = self.saved = 0
@@ -123,6 +135,9 @@ class WorkerProgress:
         if left:
             items[:] = [i for i in items if mine(i)]
             config.hook.pytest_deselected(items=left)
+        self.directions = {i.nodeid: direction_of(i) for i in items}
+        items.sort(key=lambda i: _RANK.get(self.directions[i.nodeid], -1))  # stable: pytest's order within one
+        self.order = [i.nodeid for i in items]
         self.total = len(items)
 
     def selected(self, cases: list[str], none_runs: list[str] | None) -> None:
@@ -157,13 +172,18 @@ class WorkerProgress:
         if not self.max_growth:
             return
         held = self.left()
-        first = self.base is None
-        if first:  # its framework imported and started by one case: what every case starts from
-            self.base = min(held, self.given or held)
-            self._write({"base": self.base})
-        if (not first or self.given) and held - self.base > self.max_growth * self.base:
-            self._recycle(rss, f"holds {(held - self.base) / 2**20:,.0f} MiB more than one holds after its "
-                               f"first case ({self.base / 2**20:,.0f} MiB), past --worker-max-growth "
+        done = self.directions.get(nodeid, "")
+        if done not in self.ran:  # what this direction set up, paid once: what its every case starts from
+            self.ran.add(done)
+            self.bases[done] = min(held, self.bases.get(done, held))
+            self._write({"base": {done: self.bases[done]}})
+        upcoming = self.directions.get(self.order[self.ended], "") if self.ended < len(self.order) else done
+        # a direction none has run: the least after any case of a framework's (a test of none imports none)
+        ref = self.bases.get(upcoming) or min(b for d, b in self.bases.items() if d or len(self.bases) == 1)
+        if held - ref > self.max_growth * ref:
+            after = f"its first {upcoming} case" if upcoming in self.bases else "its first case of any direction"
+            self._recycle(rss, f"holds {(held - ref) / 2**20:,.0f} MiB more than one holds after {after} "
+                               f"({ref / 2**20:,.0f} MiB), past --worker-max-growth "
                                f"{self.max_growth:.0%}: a fresh worker runs the {left}, so that their memory is "
                                "their own")
 
@@ -188,6 +208,15 @@ class WorkerProgress:
 _SESSION = pytest.StashKey[pytest.Session]()
 
 
+_RANK = {direction: rank for rank, direction in enumerate(schema.DIRECTIONS)}
+
+
+def direction_of(item: pytest.Item) -> str:
+    """The direction of an item's case (its marker: forward, backward, inference, training,
+    convergence), or '' for a test of none."""
+    return next((m.name for m in item.iter_markers() if m.name in _RANK), "")
+
+
 def _framework(config: pytest.Config) -> str:
     return config.getoption("opbench_framework") or "framework"
 
@@ -205,7 +234,7 @@ def register(config: pytest.Config, between: Callable[[], int] = lambda: 0) -> N
         config.pluginmanager.register(
             WorkerProgress(config, path, os.environ.get(SKIP, ""), int(os.environ.get(MAX_RSS) or 0),
                            bool(os.environ.get(FIRST)), tuple(json.loads(os.environ.get(PICKS) or "[]")),
-                           float(os.environ.get(MAX_GROWTH) or 0), between, int(os.environ.get(BASE) or 0)),
+                           float(os.environ.get(MAX_GROWTH) or 0), between, json.loads(os.environ.get(BASE) or "{}")),
             "opbench-worker-progress")
 
 
@@ -254,7 +283,8 @@ class Progress:
     matched: list[str] = field(default_factory=list)  # the user's node ids this worker collected
     cases: list[str] = field(default_factory=list)  # the benchmarks it selected
     none_runs: list[str] | None = None  # why none of them can run here; None where one can
-    base: int = 0  # what it held after its first case, or an earlier worker's where that was less
+    bases: dict[str, int] = field(default_factory=dict)  # by direction: what it held after its first case of
+    # that direction, or an earlier worker's where that was less
     recycled: bool = False
 
     @property
@@ -291,7 +321,7 @@ def read_progress(path: Path) -> Progress:
         elif "cases" in record:
             progress.cases, progress.none_runs = record["cases"], record["none_runs"]
         elif "base" in record:
-            progress.base = record["base"]
+            progress.bases.update(record["base"])
     return progress
 
 
@@ -440,19 +470,19 @@ def _run_framework(framework: str, args: list[str], tmp: Path, limits: Limits, o
     Each worker leaves out every case an earlier one started, so the loop ends: a worker that
     starts no case is the last."""
     started: list[str] = []
-    base = 0  # the least any of these workers held after its first case: every later worker's reference
+    bases: dict[str, int] = {}  # by direction, the least any of these workers held after its first case of it
     tmp.mkdir(exist_ok=True)
     for attempt in itertools.count(1):
         stem = tmp / f"{framework}{'-' + mode if mode else ''}-{attempt}"
         skip, progress_path, json_path = (stem.with_suffix(x) for x in (".skip", ".jsonl", ".json"))
         skip.write_text("\n".join(started))
         env = {**os.environ, CHILD: str(progress_path), SKIP: str(skip), **limits.env(),
-               FIRST: "1" if first else "", PICKS: json.dumps(list(picks)), BASE: str(base)}
+               FIRST: "1" if first else "", PICKS: json.dumps(list(picks)), BASE: json.dumps(bases)}
         cmd = [sys.executable, "-m", "pytest", *child_args(args, framework, str(json_path), mode)]
         code, stopped = children.run_child(cmd, env)
         outcome.workers[framework] = outcome.workers.get(framework, 0) + 1
         progress = read_progress(progress_path)
-        base = progress.base or base  # the worker wrote the least of its own and the `base` it was given
+        bases.update(progress.bases)  # the worker wrote the least of its own and what it was given
         outcome.benches += progress.benches
         outcome.failed += progress.failed
         outcome.matched.update(progress.matched)
