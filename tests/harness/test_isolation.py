@@ -270,15 +270,17 @@ def test_a_worker_runs_the_forward_passes_first_and_keeps_what_the_backward_pass
     replaced after every other case: 88 workers for torch's share of make bench. The worker runs
     the forward cases first, the backward ones are measured against what a worker holds after its
     first backward case, and one worker runs all four, the forward cases' memory their own."""
-    result, doc = _numpy_worker_run(pytester, SETTING_UP, "10%")
+    # 50%: the 128 MiB are more than that of a NumPy worker's 75-100, the noise between two cases is not
+    result, doc = _numpy_worker_run(pytester, SETTING_UP, "50%")
     assert [b["name"].split("[")[0] for b in doc["benchmarks"]] == [
         "test_relu", "test_sigmoid", "test_relu_backward", "test_sigmoid_backward"]
     before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
     assert doc["machine_info"]["opbench"]["isolate"]["workers"] == {"numpy": 1}, result.stdout.str()
     assert "past --worker-max-growth" not in result.stdout.str()
-    assert abs(before["test_sigmoid"] - before["test_relu"]) < 64 * 2**20, before
-    forward = min(before["test_relu"], before["test_sigmoid"])
-    assert before["test_sigmoid_backward"] - forward > 100 * 2**20, before  # kept: no fresh worker
+    # the second forward case did not carry the 128 MiB, the second backward case did (the same worker)
+    # (the first case's own resident set before its rounds varies by 70 MiB with the machine's load)
+    assert before["test_relu_backward"] - before["test_sigmoid"] > 100 * 2**20, before
+    assert before["test_sigmoid_backward"] - before["test_sigmoid"] > 100 * 2**20, before
 
 
 def test_worker_max_growth_is_a_percentage_or_off():
