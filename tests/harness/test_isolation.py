@@ -190,14 +190,15 @@ def test_tanh(op_case, benchmark):
 
 def _numpy_worker_run(pytester, source: str, growth: str):
     """`source` as a benchmark file, run through NumPy's workers with --worker-max-growth `growth`:
-    pytest's result and the saved run."""
-    pytester.makepyfile(test_growth=source)
+    pytest's result, the saved run, and each test's resident set before its rounds."""
+    pytester.makepyfile(test_growth=source)  # alone: _run adds test_b's benchmarks and a conftest
     out = pytester.path / "run.json"
     result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--mode", "eager",
                                            "--benchmark-max-time=0.01", f"--benchmark-json={out}",
                                            "-p", "no:cacheprovider", "--worker-max-growth", growth)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
-    return result, json.loads(out.read_text())
+    doc = json.loads(out.read_text())
+    return result, doc, {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
 
 
 @pytest.mark.parametrize("growth", ["10%", "off"])
@@ -206,8 +207,7 @@ def test_a_worker_that_kept_memory_after_a_case_is_replaced_before_the_next(pyte
     by default) the worker, measured against what it held after its first case (relu), is replaced
     after sigmoid, so tanh starts in a fresh worker and its memory does not count sigmoid's; with
     off, tanh inherits the 256 MiB."""
-    result, doc = _numpy_worker_run(pytester, KEEPING, growth)
-    before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
+    result, doc, before = _numpy_worker_run(pytester, KEEPING, growth)
     info = doc["machine_info"]["opbench"]["isolate"]
     if growth == "off":
         assert info["workers"] == {"numpy": 1} and info["worker_max_growth"] is None
@@ -235,8 +235,7 @@ def test_a_fresh_worker_is_held_to_what_the_first_worker_held_after_its_first_ca
     against 1,161 after an operator, and ResNet-20's peak was 1.67x alone). Here the worker that
     follows sigmoid starts with tanh, which keeps 256 MiB: it is replaced after tanh too, and
     softsign starts as relu did."""
-    result, doc = _numpy_worker_run(pytester, KEEPING_FIRST, "10%")
-    before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
+    result, doc, before = _numpy_worker_run(pytester, KEEPING_FIRST, "10%")
     assert doc["machine_info"]["opbench"]["isolate"]["workers"] == {"numpy": 3}
     assert result.stdout.str().count("past --worker-max-growth 10%") == 2
     assert abs(before["test_softsign"] - before["test_relu"]) < 100 * 2**20, before
@@ -271,10 +270,9 @@ def test_a_worker_runs_the_forward_passes_first_and_keeps_what_the_backward_pass
     the forward cases first, the backward ones are measured against what a worker holds after its
     first backward case, and one worker runs all four, the forward cases' memory their own."""
     # 50%: the 128 MiB are more than that of a NumPy worker's 75-100, the noise between two cases is not
-    result, doc = _numpy_worker_run(pytester, SETTING_UP, "50%")
+    result, doc, before = _numpy_worker_run(pytester, SETTING_UP, "50%")
     assert [b["name"].split("[")[0] for b in doc["benchmarks"]] == [
         "test_relu", "test_sigmoid", "test_relu_backward", "test_sigmoid_backward"]
-    before = {b["name"].split("[")[0]: b["extra_info"]["rss_before_bytes"] for b in doc["benchmarks"]}
     assert doc["machine_info"]["opbench"]["isolate"]["workers"] == {"numpy": 1}, result.stdout.str()
     assert "past --worker-max-growth" not in result.stdout.str()
     # the second forward case did not carry the 128 MiB, the second backward case did (the same worker)

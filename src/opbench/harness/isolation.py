@@ -97,8 +97,7 @@ class WorkerProgress:
         # has run one, this worker's own.
         self.bases: dict[str, int] = dict(bases or {})
         self.ran: set[str] = set()  # the directions this worker has run a case of
-        self.directions: dict[str, str] = {}  # node id -> its case's direction ('' for a test of none)
-        self.order: list[str] = []  # the node ids in the order this worker runs them
+        self.directions: list[str] = []  # its cases' directions in the order it runs them ('' for a test of none)
         self.out = open(path, "a", encoding="utf-8")  # open for the session, closed at its end
         self.skip = set(Path(skip).read_text().splitlines()) if skip and os.path.exists(skip) else set()
         self.total = self.ended = self.saved = 0
@@ -135,9 +134,8 @@ class WorkerProgress:
         if left:
             items[:] = [i for i in items if mine(i)]
             config.hook.pytest_deselected(items=left)
-        self.directions = {i.nodeid: direction_of(i) for i in items}
-        items.sort(key=lambda i: _RANK.get(self.directions[i.nodeid], -1))  # stable: pytest's order within one
-        self.order = [i.nodeid for i in items]
+        items.sort(key=lambda i: _RANK.get(direction_of(i), -1))  # stable: pytest's order within one
+        self.directions = [direction_of(i) for i in items]
         self.total = len(items)
 
     def selected(self, cases: list[str], none_runs: list[str] | None) -> None:
@@ -172,12 +170,11 @@ class WorkerProgress:
         if not self.max_growth:
             return
         held = self.left()
-        done = self.directions.get(nodeid, "")
+        done, upcoming = self.directions[self.ended - 1], self.directions[self.ended]
         if done not in self.ran:  # what this direction set up, paid once: what its every case starts from
             self.ran.add(done)
             self.bases[done] = min(held, self.bases.get(done, held))
             self._write({"base": {done: self.bases[done]}})
-        upcoming = self.directions.get(self.order[self.ended], "") if self.ended < len(self.order) else done
         # a direction none has run: the least after any case of a framework's (a test of none imports none)
         ref = self.bases.get(upcoming) or min(b for d, b in self.bases.items() if d or len(self.bases) == 1)
         if held - ref > self.max_growth * ref:
