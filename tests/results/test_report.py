@@ -69,6 +69,19 @@ def test_empty_tables_are_left_out_and_peak_memory_is_shown(tmp_path):
     assert memory == [("mlp-training[cpu-float32-mlp-b128]", "300 MiB")]
 
 
+def test_a_device_peak_the_framework_cannot_reset_is_shown_as_a_bound(tmp_path):
+    """JAX's allocator keeps only its process's peak: the case's own is at most that."""
+    def gpu(framework, scope):
+        name, group = f"test_training[{framework}-gpu-eager-float32-mlp-b128]", "mlp-training[gpu-float32-mlp-b128]"
+        return bench(name, 1e-3, group, framework=framework, flops=None, model="mlp", direction="training",
+                     shape="mlp-b128", device="gpu", peak_rss_bytes=900 * 2**20, peak_device_bytes=70 * 2**20,
+                     peak_device_scope=scope)
+    run = load_run(write(tmp_path / "g.json", [gpu("torch", "block"), gpu("jax", "process")]))
+    g = report.grid([run])
+    rows = next(rows for t, _, rows in report.tables(g) if t == report.MEMORY_TITLE)
+    assert rows == [("mlp-training[gpu-float32-mlp-b128]", "900 MiB / <= 70 MiB", "900 MiB / 70 MiB")], rows
+
+
 def test_the_spread_between_processes_has_its_table_only_where_a_case_was_timed_in_several(tmp_path):
     pooled = _gemm(256, 1e-3, processes={"count": 3, "medians_s": [1e-3, 1.1e-3, 0.9e-3], "spread": 0.2})
     titles = [t for t, _, _ in report.tables(report.grid([load_run(write(tmp_path / "one.json", [_gemm(256, 1e-3)]))]))]

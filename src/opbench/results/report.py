@@ -24,7 +24,9 @@ class Cell:
     latency: tuple[float, ...] | None = None  # p50, p90, p99 per call (inference)
     ran: str | None = None  # what was observed to run: threads, and a model's compute type
     busy: bool = False  # timed while other work took more CPUs than were free
-    memory: tuple[float | None, float | None] = (None, None)  # peak resident set, peak device memory (bytes)
+    # peak resident set, peak device memory (bytes), and whether the device's is the process's since it began
+    # (JAX: the framework cannot reset it), which bounds the case's from above
+    memory: tuple[float | None, float | None, bool] = (None, None, False)
     processes: tuple[int, float] | None = None  # --processes: how many, and the spread of their medians
 
 
@@ -55,7 +57,7 @@ def cell_of(bench: Bench) -> Cell:
                 # %-of-peak only for exact FLOP counts (results before the flag: all)
                 e.get("peak_gflops") if e.get("flops_exact", True) else None,
                 e.get("numpy_gemm_gflops"), None if None in latency else latency, _ran(e), schema.busy(e),
-                (rss, e.get("peak_device_bytes")), _processes(e))
+                (rss, e.get("peak_device_bytes"), e.get("peak_device_scope") == "process"), _processes(e))
 
 
 def _processes(extra: dict) -> tuple[int, float] | None:
@@ -147,11 +149,11 @@ def _vs_slowest(g, r, c):
 
 def _memory(g, r, c):
     cell = g.row(r).get(c)
-    rss, device = cell.memory if cell else (None, None)
+    rss, device, since_start = cell.memory if cell else (None, None, False)
     if not rss and not device:
         return "-"
     mib = [f"{v / 2**20:,.0f} MiB" if v else "-" for v in (rss, device)]
-    return mib[0] if not device else f"{mib[0]} / {mib[1]}"
+    return mib[0] if not device else f"{mib[0]} / {'<= ' if since_start else ''}{mib[1]}"
 
 
 ON_BUSY = "! rests on a result timed on a busy machine"
@@ -170,7 +172,8 @@ LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENT
 
 
 AMP_TITLE = f"mixed-precision speed-up: float32 time / amp time (models; {ON_BUSY})"
-MEMORY_TITLE = "peak memory: resident set (/ device memory on a GPU), models"
+MEMORY_TITLE = ("peak memory: resident set (/ device memory on a GPU; <= where the framework keeps only its "
+                "process's peak), models")
 RAN_TITLE = ("what ran, observed: threads (per-thread CPU time), a model's compute type and a 16-bit operator's "
              "product type (read from the framework), another framework's team on the same OpenMP runtime")
 

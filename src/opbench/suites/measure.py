@@ -354,6 +354,8 @@ def time_and_check(benchmark, case, prepared, state) -> None:
         from opbench.harness.allocator import release
 
         release()
+    # the device's peak over the rounds alone: torch's max_memory_allocated is the process's since it began
+    device_scope = prepared.device_memory.reset_peak_memory() if prepared.device_memory is not None else None
     with PeakOf() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
     threads_held(case, prepared.backend, state.threads, "after its timed rounds")
@@ -369,8 +371,9 @@ def time_and_check(benchmark, case, prepared, state) -> None:
         **prepared.per_second(timed.median_s),
     )
     benchmark.extra_info.update(rss.as_extra())
-    if prepared.peak_memory is not None:
-        benchmark.extra_info.update(peak_device_bytes=prepared.peak_memory())
+    if device_scope is not None:
+        benchmark.extra_info.update(peak_device_bytes=prepared.device_memory.peak_memory(),
+                                    peak_device_scope=device_scope)
     if case.direction == "inference":
         benchmark.extra_info.update(latency(benchmark))
     if prepared.after_timing:

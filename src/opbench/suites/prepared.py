@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,6 +45,14 @@ class Excuse:
     describe: str
 
 
+class DeviceMemory(Protocol):
+    """A framework allocator's GPU peak (a NativeModel): reset before the timed rounds, read after."""
+
+    def reset_peak_memory(self) -> str | None: ...
+
+    def peak_memory(self) -> int | None: ...
+
+
 @dataclass
 class Prepared:
     """A case ready to time: call() runs it once, synchronised; verify(result) returns the
@@ -59,7 +67,7 @@ class Prepared:
     layout: str
     extra: dict[str, Any] = field(default_factory=dict)  # more extra_info (models: batch, params)
     items: int = 0  # samples per call, for throughput (models)
-    peak_memory: Callable[[], int | None] | None = None  # the framework allocator's peak (GPU)
+    device_memory: DeviceMemory | None = None  # the framework allocator's peak over the timed rounds (GPU)
     after_timing: Callable[[], dict[str, Any]] | None = None  # more metrics, measured after timing
     algorithm_gain: float = 1.0  # the most FLOPs a known fast algorithm saves against `flops`
     # A model's call counts no FLOPs for its figures, but the least a correct call must do (workloads/models/

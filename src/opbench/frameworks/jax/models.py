@@ -292,6 +292,10 @@ class JaxModel(NativeModel):
     def _write(self, handle, value):
         self.params[handle] = jax.device_put(value.astype(self._dtype), self._device)
 
+    def reset_peak_memory(self):
+        # PJRT's memory_stats has no reset: its peak_bytes_in_use is the process's since it began
+        return "process" if self.device == "gpu" else None
+
     def peak_memory(self):
         if self.device != "gpu":
             return None

@@ -258,6 +258,12 @@ class TensorflowModel(NativeModel):
     def _write(self, handle, value):
         handle.assign(tf.cast(value, handle.dtype))
 
+    def reset_peak_memory(self):
+        if self.device != "gpu":
+            return None
+        tf.config.experimental.reset_memory_stats("GPU:0")
+        return "block"
+
     def peak_memory(self):
         if self.device != "gpu":
             return None

@@ -271,5 +271,11 @@ class TorchModel(NativeModel):
         with torch.no_grad():
             handle.copy_(torch.from_numpy(value))
 
+    def reset_peak_memory(self):
+        if self.device != "gpu":
+            return None
+        torch.cuda.reset_peak_memory_stats()
+        return "block"
+
     def peak_memory(self):
         return torch.cuda.max_memory_allocated() if self.device == "gpu" else None

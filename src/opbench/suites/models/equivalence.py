@@ -333,7 +333,7 @@ class _Built:
     def _prepared(self, run, verify) -> Prepared:
         case = self.case
         return Prepared(case, self.backend, synchronised(run, self.backend, case.device), verify, None, 0.0, "-",
-                        extra=self.extra, items=self.batch, peak_memory=self.native.peak_memory, shares=self.used,
+                        extra=self.extra, items=self.batch, device_memory=self.native, shares=self.used,
                         least_flops=self.extra["least_flops"], ceiling_dtype=self.lowp,
                         repeatable=case.direction == "inference", whole=True)
 

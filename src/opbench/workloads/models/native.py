@@ -112,6 +112,13 @@ class NativeModel(abc.ABC):
             out[slot.name] = slot.to_canonical(value) if slot.to_canonical else value
         return out
 
+    def reset_peak_memory(self) -> str | None:
+        """Start the allocator's GPU peak again from what it holds now, before a case's timed rounds.
+        Returns the scope of what peak_memory reads next: 'block' where the framework reset it,
+        'process' where it cannot (the peak since the process began, of which the case's is a
+        part), None where there is no device peak (the CPU)."""
+        return None
+
     def peak_memory(self) -> int | None:
         """The framework allocator's peak bytes on the GPU, where it can tell; None elsewhere."""
         return None
