@@ -91,7 +91,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if len(settings.threads) > 1 and not os.environ.get(sweep.CHILD):
         return sweep.run(args, settings.threads, config.option)
     if settings.isolate == "framework" and not os.environ.get(isolation.CHILD):
-        limits = isolation.Limits(settings.worker_max_rss, settings.worker_max_growth)
+        limits = isolation.Limits(settings.worker_max_rss, settings.worker_max_growth, settings.worker_max_rss_auto)
         return isolation.run(args, settings.frameworks, config.option, limits, show=_show_merged,
                              processes=settings.processes,
                              modes={f: settings.framework_modes(f) for f in settings.frameworks},

@@ -160,8 +160,8 @@ OPTIONS = (
     Option("isolate", "none", "framework: each framework's benchmarks run in worker processes of their own (a "
            "crash costs one case, memory stays bounded), merged into one run; none: all in this process"),
     Option("worker_max_rss", "auto", "with --isolate framework, a worker whose resident set passed this (bytes, or "
-           "with K, M, G; auto: 4G, or half the machine's memory where that is less) is replaced by a fresh one "
-           "before its next case"),
+           "with K, M, G; auto: 4G, or half the machine's memory where that is less, unless earlier workers of the "
+           "framework and mode held more than that after one case) is replaced by a fresh one before its next case"),
     Option("worker_max_growth", "10%", "with --isolate framework, a worker whose resident set after a case (its "
            "garbage collected, its framework's compiled programs let go) is more than this above the least a worker of "
            "its framework and mode held after its first case of the next case's direction (a worker runs forward, "
@@ -232,6 +232,8 @@ class Settings:
     breakdown: str = "off"
     isolate: str = "none"
     worker_max_rss: int = 0  # bytes; 0: no limit
+    # auto: a bound opbench chose, which gives way where a fresh worker passes it after one case (a GPU's JAX)
+    worker_max_rss_auto: bool = False
     worker_max_growth: float = 0.10  # a fraction of the least a worker held after its first case; 0: no limit
     processes: int = 1  # workers per framework that each time every case (opbench.harness.isolation)
     workers: tuple[int, ...] = (1, 2)
@@ -294,6 +296,7 @@ def resolve(raw: dict[str, str | None], environ: dict[str, str] | None = None) -
         breakdown=named(parse_one, "breakdown", BREAKDOWNS),
         isolate=isolate,
         worker_max_rss=parse_size(values["worker_max_rss"], sources["worker_max_rss"]),
+        worker_max_rss_auto=values["worker_max_rss"].strip().lower() == "auto",
         worker_max_growth=parse_growth(values["worker_max_growth"], sources["worker_max_growth"]),
         processes=processes,
         workers=parse_threads(values["workers"], sources["workers"]),

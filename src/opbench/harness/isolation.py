@@ -63,6 +63,7 @@ from opbench.harness.memory import current_rss
 CHILD = "OPBENCH_ISOLATED_CHILD"  # in a worker's environment: its progress file
 SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what earlier workers started)
 MAX_RSS = "OPBENCH_ISOLATED_MAX_RSS"  # bytes; 0: no limit
+MAX_RSS_AUTO = "OPBENCH_ISOLATED_MAX_RSS_AUTO"  # set: MAX_RSS is --worker-max-rss auto's
 MAX_GROWTH = "OPBENCH_ISOLATED_MAX_GROWTH"  # a fraction of what a worker holds after a first case (BASE); 0: none
 # JSON {direction: bytes}: the least earlier workers of its framework and mode held after their first case of it
 BASE = "OPBENCH_ISOLATED_BASE"
@@ -89,19 +90,23 @@ class WorkerProgress:
 
     def __init__(self, config: pytest.Config, path: str, skip: str, max_rss: int, first: bool,
                  picks: tuple[str, ...] = (), max_growth: float = 0.0,
-                 between: Callable[[], int] = lambda: 0, bases: dict[str, int] | None = None) -> None:
+                 between: Callable[[], int] = lambda: 0, bases: dict[str, int] | None = None,
+                 rss_auto: bool = False) -> None:
         self.config, self.max_rss, self.first, self.picks = config, max_rss, first, picks
+        self.rss_auto = rss_auto  # max_rss is auto's: it gives way where a fresh worker would pass it too
         self.max_growth, self.between = max_growth, between
         # By direction, what a worker of this framework and mode holds once its first case of that
         # direction is over (left()): the least of the earlier workers' (from the parent) and, once it
         # has run one, this worker's own.
         self.bases: dict[str, int] = dict(bases or {})
+        self.inherited = dict(self.bases)  # the earlier workers' alone
         self.ran: set[str] = set()  # the directions this worker has run a case of
         self.directions: list[str] = []  # its cases' directions in the order it runs them ('' for a test of none)
         self.out = open(path, "a", encoding="utf-8")  # open for the session, closed at its end
         self.skip = set(Path(skip).read_text().splitlines()) if skip and os.path.exists(skip) else set()
         self.total = self.ended = self.saved = 0
         self.failed: set[str] = set()
+        self.over_floor = False  # --worker-max-rss lies below what one case of this framework leaves
         # Where this worker dies, Python's frames go to a file beside the progress (pytest's own
         # faulthandler, off in workers, printed them to the terminal): the parent names the innermost.
         self.fault = open(path + ".fault", "w", encoding="utf-8")  # open while the process lives
@@ -161,23 +166,31 @@ class WorkerProgress:
         self._write({"end": nodeid, "failed": nodeid in self.failed})
         if self.ended >= self.total:
             return
+        if not (self.max_rss or self.max_growth):
+            return
         rss, n = current_rss() or 0, self.total - self.ended
         left = f"{n} case{'s' if n != 1 else ''} left"
-        if self.max_rss and rss > self.max_rss:
-            self._recycle(rss, f"holds {rss / 2**30:.1f} GiB, past --worker-max-rss {self.max_rss / 2**30:.1f} GiB: "
-                               f"a fresh worker runs the {left}")
-            return
-        if not self.max_growth:
-            return
         held = self.left()
         done, upcoming = self.directions[self.ended - 1], self.directions[self.ended]
         if done not in self.ran:  # what this direction set up, paid once: what its every case starts from
             self.ran.add(done)
             self.bases[done] = min(held, self.bases.get(done, held))
             self._write({"base": {done: self.bases[done]}})
-        # a direction none has run: the least after any case of a framework's (a test of none imports none)
-        ref = self.bases.get(upcoming) or min(b for d, b in self.bases.items() if d or len(self.bases) == 1)
-        if held - ref > self.max_growth * ref:
+        ref = reference(self.bases, upcoming)
+        if self.max_rss and rss > self.max_rss:
+            # auto's bound against what earlier workers held after one case: where even that passes it, a
+            # fresh worker would pass it too after its first case (JAX on an H200: 4.0 GiB after a softmax)
+            # and replacing this one only costs a start (a bound the user gave holds); not this worker's
+            # own first case, which may have been a large one
+            floor = reference(self.inherited, upcoming) if self.rss_auto else None
+            if floor is None or floor <= self.max_rss:
+                self._recycle(rss, f"holds {rss / 2**30:.1f} GiB, past --worker-max-rss "
+                                   f"{self.max_rss / 2**30:.1f} GiB: a fresh worker runs the {left}")
+                return
+            if not self.over_floor:
+                self.over_floor = True
+                self._write({"floor_over_max_rss": floor})
+        if self.max_growth and held - ref > self.max_growth * ref:
             after = f"its first {upcoming} case" if upcoming in self.bases else "its first case of any direction"
             self._recycle(rss, f"holds {(held - ref) / 2**20:,.0f} MiB more than one holds after {after} "
                                f"({ref / 2**20:,.0f} MiB), past --worker-max-growth "
@@ -208,6 +221,16 @@ _SESSION = pytest.StashKey[pytest.Session]()
 _RANK = {direction: rank for rank, direction in enumerate(schema.DIRECTIONS)}
 
 
+def reference(bases: dict[str, int], direction: str) -> int | None:
+    """What a worker holds once its first case of `direction` is over (`bases`: the least seen, by
+    direction); for a direction none has run, the least after any case of a framework's (a test
+    of none imports none). None where nothing was seen."""
+    if direction in bases:
+        return bases[direction]
+    seen = [b for d, b in bases.items() if d or len(bases) == 1]
+    return min(seen, default=None)
+
+
 def direction_of(item: pytest.Item) -> str:
     """The direction of an item's case (its marker: forward, backward, inference, training,
     convergence), or '' for a test of none."""
@@ -231,7 +254,8 @@ def register(config: pytest.Config, between: Callable[[], int] = lambda: 0) -> N
         config.pluginmanager.register(
             WorkerProgress(config, path, os.environ.get(SKIP, ""), int(os.environ.get(MAX_RSS) or 0),
                            bool(os.environ.get(FIRST)), tuple(json.loads(os.environ.get(PICKS) or "[]")),
-                           float(os.environ.get(MAX_GROWTH) or 0), between, json.loads(os.environ.get(BASE) or "{}")),
+                           float(os.environ.get(MAX_GROWTH) or 0), between, json.loads(os.environ.get(BASE) or "{}"),
+                           bool(os.environ.get(MAX_RSS_AUTO))),
             "opbench-worker-progress")
 
 
@@ -283,6 +307,7 @@ class Progress:
     bases: dict[str, int] = field(default_factory=dict)  # by direction: what it held after its first case of
     # that direction, or an earlier worker's where that was less
     recycled: bool = False
+    floor_over_max_rss: int = 0  # what earlier workers held after one case, where that passed --worker-max-rss
 
     @property
     def running(self) -> str | None:
@@ -319,6 +344,8 @@ def read_progress(path: Path) -> Progress:
             progress.cases, progress.none_runs = record["cases"], record["none_runs"]
         elif "base" in record:
             progress.bases.update(record["base"])
+        elif "floor_over_max_rss" in record:
+            progress.floor_over_max_rss = record["floor_over_max_rss"]
     return progress
 
 
@@ -379,12 +406,15 @@ class Limits:
 
     max_rss: int = 0
     max_growth: float = 0.0
+    rss_auto: bool = False  # max_rss is opbench's choice (auto), not the user's
 
     def env(self) -> dict[str, str]:
-        return {MAX_RSS: str(self.max_rss), MAX_GROWTH: repr(self.max_growth)}
+        return {MAX_RSS: str(self.max_rss), MAX_GROWTH: repr(self.max_growth),
+                MAX_RSS_AUTO: "1" if self.rss_auto else ""}
 
     def info(self) -> dict:
-        return {"worker_max_rss": self.max_rss or None, "worker_max_growth": self.max_growth or None}
+        return {"worker_max_rss": self.max_rss or None, "worker_max_rss_auto": self.rss_auto,
+                "worker_max_growth": self.max_growth or None}
 
 
 def forget(framework: str) -> None:
@@ -468,6 +498,7 @@ def _run_framework(framework: str, args: list[str], tmp: Path, limits: Limits, o
     starts no case is the last."""
     started: list[str] = []
     bases: dict[str, int] = {}  # by direction, the least any of these workers held after its first case of it
+    said_floor = False
     tmp.mkdir(exist_ok=True)
     for attempt in itertools.count(1):
         stem = tmp / f"{framework}{'-' + mode if mode else ''}-{attempt}"
@@ -480,6 +511,12 @@ def _run_framework(framework: str, args: list[str], tmp: Path, limits: Limits, o
         outcome.workers[framework] = outcome.workers.get(framework, 0) + 1
         progress = read_progress(progress_path)
         bases.update(progress.bases)  # the worker wrote the least of its own and what it was given
+        if progress.floor_over_max_rss and not said_floor:
+            said_floor = True
+            print(f"opbench: a {framework}{' ' + mode if mode else ''} worker holds "
+                  f"{progress.floor_over_max_rss / 2**30:.1f} GiB after one case, past --worker-max-rss "
+                  f"{limits.max_rss / 2**30:.1f} GiB: a fresh one would pass it too, so these workers are "
+                  "replaced for --worker-max-growth alone", file=sys.stderr, flush=True)
         outcome.benches += progress.benches
         outcome.failed += progress.failed
         outcome.matched.update(progress.matched)
