@@ -416,3 +416,26 @@ def test_call_after_the_rounds_is_held_where_the_check_is_conditioned(framework,
 def _relative_sum(got: np.ndarray, want: np.ndarray) -> float:
     """How far the batch's sum of one gradient at the logits is from another's, relative to it."""
     return float(np.linalg.norm(got.sum(0) - want.sum(0)) / np.linalg.norm(want.sum(0)))
+
+
+def test_jax_device_peak_is_the_rounds_own_where_they_raised_it():
+    """PJRT keeps only its process's device peak (no reset): a peak the rounds raised was reached in
+    them and is theirs exactly; one they did not raise bounds theirs from above, and says so."""
+    load_or_skip("jax")
+    from opbench.frameworks.jax.models import JaxModel
+
+    class Device:  # PJRT's statistics: the process's peak since it began
+        peak = 2**30
+
+        def memory_stats(self):
+            return {"peak_bytes_in_use": self.peak}
+
+    model = object.__new__(JaxModel)  # the statistics alone: no model is built
+    model.device, model._device, model._peak_before = "gpu", Device(), None
+    model.reset_peak_memory()
+    assert model.peak_memory() == (2**30, "process")  # an earlier case's peak, not raised by these rounds
+    model.reset_peak_memory()
+    model._device.peak = 2**30 + 4096
+    assert model.peak_memory() == (2**30 + 4096, "block")
+    model.device = "cpu"
+    assert model.peak_memory() is None

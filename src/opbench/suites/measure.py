@@ -355,7 +355,8 @@ def time_and_check(benchmark, case, prepared, state) -> None:
 
         release()
     # the device's peak over the rounds alone: torch's max_memory_allocated is the process's since it began
-    device_scope = prepared.device_memory.reset_peak_memory() if prepared.device_memory is not None else None
+    if prepared.device_memory is not None:
+        prepared.device_memory.reset_peak_memory()
     with PeakOf() as rss, loaded(benchmark, state.threads):
         benchmark(prepared.call)
     threads_held(case, prepared.backend, state.threads, "after its timed rounds")
@@ -371,9 +372,9 @@ def time_and_check(benchmark, case, prepared, state) -> None:
         **prepared.per_second(timed.median_s),
     )
     benchmark.extra_info.update(rss.as_extra())
-    if device_scope is not None:
-        benchmark.extra_info.update(peak_device_bytes=prepared.device_memory.peak_memory(),
-                                    peak_device_scope=device_scope)
+    device_peak = prepared.device_memory.peak_memory() if prepared.device_memory is not None else None
+    if device_peak is not None:
+        benchmark.extra_info.update(peak_device_bytes=device_peak[0], peak_device_scope=device_peak[1])
     if case.direction == "inference":
         benchmark.extra_info.update(latency(benchmark))
     if prepared.after_timing:

@@ -220,6 +220,7 @@ class JaxModel(NativeModel):
         self.params = {name: None for name in param_shapes(spec)}
         self.set_params(params)
         self._amp = amp
+        self._peak_before = None  # the process's device peak when the timed rounds began (reset_peak_memory)
         # The inference logits and the training loss, looked up when traced (a test's mutant replaces them).
         self._logits = lambda params, x: forward(spec, params, x, self._amp)
         self._loss = lambda params, x, y: loss(spec, params, x, y, self._amp)
@@ -292,11 +293,16 @@ class JaxModel(NativeModel):
     def _write(self, handle, value):
         self.params[handle] = jax.device_put(value.astype(self._dtype), self._device)
 
+    def _process_peak(self):
+        return (self._device.memory_stats() or {}).get("peak_bytes_in_use") if self.device == "gpu" else None
+
     def reset_peak_memory(self):
-        # PJRT's memory_stats has no reset: its peak_bytes_in_use is the process's since it began
-        return "process" if self.device == "gpu" else None
+        # PJRT's memory_stats has no reset: its peak_bytes_in_use is the process's since it began. Where
+        # the rounds raise it, the new peak was reached in them and is theirs exactly
+        self._peak_before = self._process_peak()
 
     def peak_memory(self):
-        if self.device != "gpu":
+        peak = self._process_peak()
+        if peak is None:
             return None
-        return (self._device.memory_stats() or {}).get("peak_bytes_in_use")
+        return peak, "block" if self._peak_before is not None and peak > self._peak_before else "process"

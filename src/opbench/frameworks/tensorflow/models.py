@@ -259,12 +259,10 @@ class TensorflowModel(NativeModel):
         handle.assign(tf.cast(value, handle.dtype))
 
     def reset_peak_memory(self):
-        if self.device != "gpu":
-            return None
-        tf.config.experimental.reset_memory_stats("GPU:0")
-        return "block"
+        if self.device == "gpu":
+            tf.config.experimental.reset_memory_stats("GPU:0")
 
     def peak_memory(self):
         if self.device != "gpu":
             return None
-        return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"], "block"

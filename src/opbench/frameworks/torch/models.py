@@ -272,10 +272,8 @@ class TorchModel(NativeModel):
             handle.copy_(torch.from_numpy(value))
 
     def reset_peak_memory(self):
-        if self.device != "gpu":
-            return None
-        torch.cuda.reset_peak_memory_stats()
-        return "block"
+        if self.device == "gpu":
+            torch.cuda.reset_peak_memory_stats()
 
     def peak_memory(self):
-        return torch.cuda.max_memory_allocated() if self.device == "gpu" else None
+        return (torch.cuda.max_memory_allocated(), "block") if self.device == "gpu" else None

@@ -112,15 +112,16 @@ class NativeModel(abc.ABC):
             out[slot.name] = slot.to_canonical(value) if slot.to_canonical else value
         return out
 
-    def reset_peak_memory(self) -> str | None:
-        """Start the allocator's GPU peak again from what it holds now, before a case's timed rounds.
-        Returns the scope of what peak_memory reads next: 'block' where the framework reset it,
-        'process' where it cannot (the peak since the process began, of which the case's is a
-        part), None where there is no device peak (the CPU)."""
+    def reset_peak_memory(self) -> None:
+        """Start the allocator's GPU peak again from what it holds now, before a case's timed rounds
+        (where the framework cannot, note where its peak stands). Nothing to do on the CPU."""
         return None
 
-    def peak_memory(self) -> int | None:
-        """The framework allocator's peak bytes on the GPU, where it can tell; None elsewhere."""
+    def peak_memory(self) -> tuple[int, str] | None:
+        """The framework allocator's GPU peak since reset_peak_memory, in bytes, and its scope:
+        'block' where it is the rounds' own, 'process' where the framework keeps only its process's
+        peak and the rounds did not raise it (the rounds' own is at most that). None where the
+        framework cannot tell, and on the CPU."""
         return None
 
 
