@@ -13,7 +13,10 @@ first use imports and keeps (torch.compile's inductor: 66 MiB) stay out of the o
   fails the case it was in with one line that says how it died; a fresh worker runs the cases
   left, and what finished is kept.
 - A worker whose resident set passed --worker-max-rss after a case stops there, and a fresh one
-  runs the cases left: memory stays bounded by the largest case, not the sum.
+  runs the cases left: memory stays bounded by the largest case, not the sum. The automatic bound
+  (auto, 4 GiB) gives way where earlier workers of the framework and mode held more after one case
+  (JAX on an H200: 4.0 to 4.5 GiB after one operator), since a fresh worker would pass it too; a
+  bound the user gave holds.
 - After each case a worker collects its garbage and lets its framework's compiled programs go
   (Backend.forget). One that still holds more than --worker-max-growth above what a case of the
   next case's direction starts from stops there too: a case's peak memory then carries at most
