@@ -141,14 +141,15 @@ def test_the_automatic_memory_bound_gives_way_where_a_fresh_worker_would_pass_it
     """On an H200, every JAX worker held 4.0 to 4.4 GiB after one case (a softmax: the CUDA libraries
     it loads), past auto's 4 GiB, and each case took a worker of its own for nothing. Here auto's
     bound is 1 byte: the first worker is replaced (its own first case may have been a large one),
-    but the next has what it held to go by and runs the rest; a bound the user gave still holds
-    (the test above: one case per worker)."""
+    but the next has what it held to go by (the growth bound's references, measured where that bound
+    is on: here at 1000%, so that it never replaces one) and runs the rest; a bound the user gave
+    still holds (the test above: one case per worker)."""
     pytester.makepyfile(test_b=BENCHMARKS)
     pytester.makeconftest("import opbench.harness.config as config\nconfig.AUTO_WORKER_RSS = 1\n")
     out = pytester.path / "run.json"
     result = pytester.runpytest_subprocess("--isolate", "framework", "--framework", "numpy", "--mode", "eager",
                                            "--benchmark-max-time=0.01", f"--benchmark-json={out}",
-                                           "-p", "no:cacheprovider", "--worker-max-growth", "off")
+                                           "-p", "no:cacheprovider", "--worker-max-growth", "1000%")
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == 0, text
     info = json.loads(out.read_text())["machine_info"]["opbench"]

@@ -16,7 +16,7 @@ first use imports and keeps (torch.compile's inductor: 66 MiB) stay out of the o
   runs the cases left: memory stays bounded by the largest case, not the sum. The automatic bound
   (auto, 4 GiB) gives way where earlier workers of the framework and mode held more after one case
   (JAX on an H200: 4.0 to 4.5 GiB after one operator), since a fresh worker would pass it too; a
-  bound the user gave holds.
+  bound the user gave holds, and so does auto's with --worker-max-growth off, which measures none.
 - After each case a worker collects its garbage and lets its framework's compiled programs go
   (Backend.forget). One that still holds more than --worker-max-growth above what a case of the
   next case's direction starts from stops there too: a case's peak memory then carries at most
@@ -109,7 +109,6 @@ class WorkerProgress:
         self.skip = set(Path(skip).read_text().splitlines()) if skip and os.path.exists(skip) else set()
         self.total = self.ended = self.saved = 0
         self.failed: set[str] = set()
-        self.over_floor = False  # --worker-max-rss lies below what one case of this framework leaves
         # Where this worker dies, Python's frames go to a file beside the progress (pytest's own
         # faulthandler, off in workers, printed them to the terminal): the parent names the innermost.
         self.fault = open(path + ".fault", "w", encoding="utf-8")  # open while the process lives
@@ -169,31 +168,29 @@ class WorkerProgress:
         self._write({"end": nodeid, "failed": nodeid in self.failed})
         if self.ended >= self.total:
             return
-        if not (self.max_rss or self.max_growth):
-            return
         rss, n = current_rss() or 0, self.total - self.ended
         left = f"{n} case{'s' if n != 1 else ''} left"
-        held = self.left()
         done, upcoming = self.directions[self.ended - 1], self.directions[self.ended]
-        if done not in self.ran:  # what this direction set up, paid once: what its every case starts from
+        held = self.left() if self.max_growth else None  # the growth bound's measure, and its reference points'
+        if held is not None and done not in self.ran:  # what this direction set up, paid once: its cases start there
             self.ran.add(done)
             self.bases[done] = min(held, self.bases.get(done, held))
             self._write({"base": {done: self.bases[done]}})
-        ref = reference(self.bases, upcoming)
         if self.max_rss and rss > self.max_rss:
-            # auto's bound against what earlier workers held after one case: where even that passes it, a
-            # fresh worker would pass it too after its first case (JAX on an H200: 4.0 GiB after a softmax)
-            # and replacing this one only costs a start (a bound the user gave holds); not this worker's
-            # own first case, which may have been a large one
+            # auto's bound against what earlier workers held after one case (the growth bound's reference
+            # points): where even that passes it, a fresh worker would pass it too after its first case (JAX on
+            # an H200: 4.0 GiB after a softmax) and replacing this one only costs a start (a bound the user gave
+            # holds); not this worker's own first case, which may have been a large one
             floor = reference(self.inherited, upcoming) if self.rss_auto else None
             if floor is None or floor <= self.max_rss:
                 self._recycle(rss, f"holds {rss / 2**30:.1f} GiB, past --worker-max-rss "
                                    f"{self.max_rss / 2**30:.1f} GiB: a fresh worker runs the {left}")
                 return
-            if not self.over_floor:
-                self.over_floor = True
-                self._write({"floor_over_max_rss": floor})
-        if self.max_growth and held - ref > self.max_growth * ref:
+            self._write({"floor_over_max_rss": floor})  # the parent says so once per framework and mode
+        if held is None:
+            return
+        ref = reference(self.bases, upcoming)
+        if held - ref > self.max_growth * ref:
             after = f"its first {upcoming} case" if upcoming in self.bases else "its first case of any direction"
             self._recycle(rss, f"holds {(held - ref) / 2**20:,.0f} MiB more than one holds after {after} "
                                f"({ref / 2**20:,.0f} MiB), past --worker-max-growth "
