@@ -222,17 +222,24 @@ def run_fake(tmp_path, world, **plan) -> PairedGate:
     return gate
 
 
-def test_each_side_observes_its_threads_alone_before_both_prepare(tmp_path):
+def test_each_side_observes_its_threads_and_prepares_alone(tmp_path):
     """Side by side, each worker's calibration GEMMs crowd the other's CPUs (JAX's team of two
     looked like three threads beside the baseline's worker): the sides look one after the other, once
     per pair and (framework, mode) before any benchmark (the pair's load, timed on its own), and again
-    (from the worker's cache) before each benchmark."""
+    (from the worker's cache) before each benchmark. They prepare and check one after the other too
+    (two thread pools of all the cores each made a pair's prepare 3.5 times as long), the first side
+    alternating from pair to pair."""
     run_fake(tmp_path, {"baseline": {}, "candidate": {}}, max_pairs=8)
-    order = [(how, side, cmd) for how, side, cmd in FakeWorker.order if cmd in ("threads", "prepare")]
+    order = [(how, side, cmd) for how, side, cmd in FakeWorker.order if cmd in ("threads", "prepare", "check")]
     first = order[:6]  # the pair's load, then the first benchmark's requests, in the order they happened
     assert first[:4] == [("ask", "baseline", "threads"), ("ask", "candidate", "threads")] * 2
-    assert [(how, cmd) for how, _, cmd in first[4:6]] == [("send", "prepare")] * 2
-    prepares = sum(how == "send" and cmd == "prepare" for how, _, cmd in order)
+    assert [(how, cmd) for how, _, cmd in first[4:6]] == [("ask", "prepare")] * 2
+    assert {side for _, side, _ in first[4:6]} == {"baseline", "candidate"}
+    assert not [step for step in order if step[0] == "send"]  # never both at once
+    firsts = [side for (_, side, cmd), before in zip(order, [None, *order[:-1]], strict=True)
+              if cmd == "prepare" and (before is None or before[2] != "prepare")]
+    assert {"baseline", "candidate"} <= set(firsts)  # the side that goes first alternates with the pair
+    prepares = sum(cmd == "prepare" for _, _, cmd in order)
     screen_pairs = len(FakeWorker.started) // 2 - 1  # all IDS are one group, fake/eager; the first pair describes
     assert sum(cmd == "threads" for _, _, cmd in order) == 2 * (prepares // 2 + screen_pairs)
 
