@@ -92,6 +92,8 @@ def cmd_upgrade_check(args) -> int:
 
     if args.design == "paired" and args.runs is not None:
         raise ResultsError("--runs counts the process design's runs: add --design process, or leave it out")
+    if args.design == "process" and args.shard != (1, 1):
+        raise ResultsError("--shard splits the paired design's selection: leave out --design process")
     workdir = _workdir(args)
     if args.design == "paired":
         pythons = envs.make_envs(args.baseline, args.candidate, workdir, strict=args.strict_env)
@@ -121,7 +123,8 @@ def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) ->
     default, rules = _rules(args)
     plan = Plan(trials=args.trials, min_pairs=args.pairs, max_pairs=max(args.pairs, args.max_pairs),
                 budget_s=None if args.budget is None else 60 * args.budget, timeout_s=args.timeout,
-                confidence=args.confidence / 100, family_alpha=args.false_alarm / 100, seed=args.seed)
+                confidence=args.confidence / 100, family_alpha=args.false_alarm / 100, seed=args.seed,
+                shard=args.shard)
     try:
         result, folder = paired.run(pythons, envs, args.pytest_args, plan,
                                     lambda name: rule_for(name, rules, default), workdir)
@@ -153,6 +156,10 @@ def _paired_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_positive, default=Plan.timeout_s, metavar="SECONDS",
                    help="deadline for a worker to collect or prepare one benchmark (default %(default)g)")
     p.add_argument("--seed", type=int, default=Plan.seed, help="seed of the random orders (default %(default)s)")
+    p.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
+                   help="gate the K-th of N parts of the selection (every N-th of its sorted ids), at 1/N of the "
+                        "false-alarm budget, so that N CI jobs, one per part, gate the whole selection together "
+                        "(default 1/1: all of it)")
 
 
 def _gate_options(p: argparse.ArgumentParser) -> None:
@@ -186,6 +193,13 @@ _non_negative = _checked(parse_number, at_least=0)
 _percent = _checked(parse_number, above=0, below=100)
 _positive = _checked(parse_number, above=0)
 _at_least_one = _checked(parse_count, at_least=1)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N (the K-th of N parts), got {text!r}")
+    return int(k), int(n)
 
 
 def _assignment(text: str) -> tuple[str, str]:

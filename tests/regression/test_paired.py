@@ -273,6 +273,28 @@ def test_a_slower_candidate_is_screened_then_confirmed_on_fresh_pairs(tmp_path):
                                     "fixed from the budget left (")
 
 
+def test_shards_split_the_selection_and_the_false_alarm_budget(tmp_path):
+    """--shard k/n gates every n-th id of the sorted selection from the k-th, each shard at alpha / n,
+    so that n CI jobs gate it all at the suite-wide alpha. A regression in one shard is confirmed
+    there, at Holm's level for one flagged benchmark out of alpha / n."""
+    world = {"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}}
+    seen = []
+    for k in (1, 2):
+        gate = run_fake(tmp_path / str(k), world, shard=(k, 2))
+        seen.append(set(gate.records))
+        assert gate.plan_lines(len(gate.records))[0].endswith(
+            f"; shard {k} of 2 of the selection's 3, at a false-alarm budget of 2.5% (the 2 shards together 5%)")
+        assert gate.plan.alpha == pytest.approx(0.025) and gate.selected == 3
+        result = decisions.comparison(gate)
+        assert any(w.startswith(f"shard {k} of 2: {len(gate.records)} of the selection's 3 benchmarks")
+                   for w in result.warnings)
+        if IDS[1] in gate.records:
+            row = next(r for r in result.rows if r.fullname == IDS[1])
+            assert row.verdict == "regression" and gate.records[IDS[1]].level == pytest.approx(1 - 2 * 0.025)
+    assert seen[0] | seen[1] == set(IDS) and not seen[0] & seen[1]
+    assert seen[0] == set(sorted(IDS)[0::2])
+
+
 def test_a_spent_budget_still_confirms_on_the_least_pairs_holm_needs(tmp_path, monkeypatch):
     # the least run fit at the pace of the first warm pair, and the budget was spent by the end
     monkeypatch.setattr(PairedGate, "least_run_s", lambda self, selection, number: -1e9)
@@ -676,6 +698,8 @@ def test_a_released_benchmark_is_collected_and_the_survivors_frozen():
      "argument --false-alarm: expected a number between 0 and 100 (both excluded), got '100'"),
     (["--baseline-python", sys.executable, "--candidate-python", sys.executable, "--pairs", "3", "--max-pairs", "5",
       "--", "b"], "--pairs 3 --max-pairs 5: a 97% interval over worker pairs needs at least 7 pairs"),
+    (["--baseline-python", sys.executable, "--candidate-python", sys.executable, "--shard", "3/2", "--", "b"],
+     "argument --shard: expected K/N with 1 <= K <= N (the K-th of N parts), got '3/2'"),
 ])
 def test_bad_ab_arguments_are_one_line_errors(tmp_path, args, message):
     import subprocess
@@ -695,6 +719,11 @@ def test_upgrade_check_is_paired_by_default_and_runs_needs_the_process_design(tm
                         "--workdir", str(tmp_path), "--", "b"], capture_output=True, text=True, check=False)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
     assert "--runs counts the process design's runs: add --design process" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "opbench", "upgrade-check", "--candidate", "x", "--design", "process",
+                        "--shard", "1/2", "--workdir", str(tmp_path), "--", "b"], capture_output=True, text=True,
+                       check=False)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    assert "--shard splits the paired design's selection: leave out --design process" in p.stderr
 
 
 def test_a_worker_that_cannot_start_is_one_line(tmp_path):

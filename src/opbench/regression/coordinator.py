@@ -63,8 +63,16 @@ class Plan:
     round_s: float = 0.002  # a timed round holds at least this much work (loops of short calls)
     timeout_s: float = 600.0  # collect and prepare (first calls compile)
     confidence: float = CONFIDENCE
-    family_alpha: float = ps.FAMILY_ALPHA
+    family_alpha: float = ps.FAMILY_ALPHA  # over the whole selection, all shards together
     seed: int = 0
+    shard: tuple[int, int] = (1, 1)  # (k, n): this run gates the k-th of n parts of the selection (`shard_of`)
+
+    @property
+    def alpha(self) -> float:
+        """This run's share of the suite-wide false-alarm budget: family_alpha / n over n shards
+        (Bonferroni between shards: n runs, each wrong with probability at most alpha / n, are
+        together wrong with probability at most alpha, however their benchmarks are split)."""
+        return self.family_alpha / self.shard[1]
 
     def budget_for(self, benchmarks: int) -> float:
         """The run's budget for a selection: the one given, else 80 s per benchmark (about what
@@ -165,6 +173,15 @@ class OverBudget(Exception):
     the --budget given: said after the first warm pair instead of running past it."""
 
 
+def shard_of(ids: list[str], shard: tuple[int, int]) -> set[str]:
+    """The k-th of n parts of a selection: every n-th of its ids sorted, from the k-th on. A sorted
+    list holds each test's parameters side by side (eager and compile, each size), so every part gets
+    a like share of every test and of its cost; and n jobs of one environment, collecting the same
+    ids, split them the same way."""
+    k, n = shard
+    return set(sorted(ids)[k - 1 :: n])
+
+
 def _group(node_id: str) -> tuple[str, str]:
     """(framework, mode) of a benchmark id, 'test_x[torch-cpu-compile-float32-...]'; ('', '') for another."""
     params = node_id[node_id.find("[") + 1 : -1].split("-") if node_id.endswith("]") else []
@@ -195,6 +212,7 @@ class PairedGate:
         self.machine_info: dict[str, dict] = {}
         self.commit_info: dict = {}
         self.pairs_started = 0
+        self.selected = 0  # benchmarks the two sides collected, all shards together
         self.start_s: list[float] = []  # seconds each pair took to start (spawn, collect)
         self.turn_s: dict[str, list[float]] = {}  # seconds of each benchmark's turns (prepare to release)
         # seconds a pair's workers take to load a framework and observe its threads in a mode, once per pair
@@ -252,6 +270,10 @@ class PairedGate:
         # processes that did so time nothing; fresh pairs do.
         pair.close()
         base, cand = pair.ids["baseline"], pair.ids["candidate"]
+        self.selected = len(set(base) | set(cand))
+        if self.plan.shard[1] > 1:
+            mine = shard_of(list(set(base) | set(cand)), self.plan.shard)
+            base, cand = [i for i in base if i in mine], [i for i in cand if i in mine]
         for i in base:
             self.records[i] = Record(i)
         for i in sorted(set(base) - set(cand)):
@@ -310,8 +332,9 @@ class PairedGate:
             return
         raise OverBudget(f"--budget {self.plan.budget_s / 60:g} min is too small for this selection: {pace}; give "
                          f"--budget {math.ceil(1.1 * least / 60)} or split the selection over several runs or CI jobs "
-                         "(by operator family or mode: -m 'torch and forward and activation', -m 'torch and "
-                         "forward and not activation', ...; docs/explanation/paired-gate.md)")
+                         "(--shard 1/N ... N/N in N jobs, or by operator family or mode: -m 'torch and forward "
+                         "and activation', -m 'torch and forward and not activation', ...; "
+                         "docs/explanation/paired-gate.md)")
 
     def _affordable(self, flagged: list[str]) -> list[str]:
         """The flagged benchmarks the budget left can confirm on their least pairs, the largest
@@ -339,7 +362,10 @@ class PairedGate:
         p, missing = self.plan, sum(1 for r in self.records.values() if r.kind)
         return [
             f"plan: {benchmarks} benchmarks in both environments"
-            + (f" ({missing} more only on one side: listed at the end)" if missing else ""),
+            + (f" ({missing} more only on one side: listed at the end)" if missing else "")
+            + (f"; shard {p.shard[0]} of {p.shard[1]} of the selection's {self.selected}, at a false-alarm budget "
+               f"of {100 * p.alpha:.3g}% (the {p.shard[1]} shards together {100 * p.family_alpha:g}%)"
+               if p.shard[1] > 1 else ""),
             f"  stage 1, screen: every benchmark on {p.min_pairs} fresh worker pairs, {p.trials} paired trials "
             f"each; an undecided one on more, up to {p.max_pairs}, while the budget lasts",
             f"  stage 2, confirm: the benchmarks the screen flags, again on at least "
@@ -370,7 +396,7 @@ class PairedGate:
     def least_confirm_pairs(self, flagged: int) -> int:
         """The confirmation's minimum: the plan's, and at least four more than the signed-rank
         interval needs to reach Holm's strictest level over `flagged` benchmarks at all."""
-        strictest = ps.confirm_confidence(flagged, self.plan.family_alpha)
+        strictest = ps.confirm_confidence(flagged, self.plan.alpha)
         return max(self.plan.confirm_pairs, ps.min_pairs(strictest) + 4)
 
     def confirm_pairs(self, flagged: list[str]) -> int:
@@ -408,7 +434,7 @@ class PairedGate:
         recs = [self.records[i] for i in flagged if not self.records[i].kind]
         estimates = [rec.estimate("confirm") for rec in recs]
         verdicts = ps.holm(estimates, [self.rule_for(rec.name) for rec in recs], [rec.verdict for rec in recs],
-                           self.plan.confidence, self.plan.family_alpha)
+                           self.plan.confidence, self.plan.alpha)
         for rec, (verdict, level) in zip(recs, verdicts, strict=True):
             rec.verdict, rec.level = verdict, level
 

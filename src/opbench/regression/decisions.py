@@ -96,11 +96,15 @@ def _known_issue(rec: Record, result: Comparison) -> None:
         result.worse.append(f"{rec.id}: the candidate shows a known issue the baseline did not: {cand}")
 
 
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
 def comparison(gate: PairedGate) -> Comparison:
     """The gate's outcome in compare's terms, plus the benchmarks that failed on a side."""
     compared = [r for r in gate.records.values() if r.kind != "new"]
     flagged = sum(1 for r in compared if any(t["stage"] == "confirm" for t in r.trials))
-    strict = ps.confirm_confidence(flagged, gate.plan.family_alpha)
+    strict = ps.confirm_confidence(flagged, gate.plan.alpha)
     rows = [row for r in compared if not r.kind and (row := _row(r, gate))]
     if not gate.confirmed:  # interrupted: a flagged change the confirmation did not decide is no verdict
         for row in rows:
@@ -132,5 +136,12 @@ def comparison(gate: PairedGate) -> Comparison:
         + f"; {flagged} benchmark(s) flagged by the "
         f"{100 * gate.plan.confidence:g}% screen were re-measured on fresh pairs and a change stands only in the "
         f"screen's direction at Holm's step-down levels (one-sided; the interval shown is two-sided, "
-        f"{100 * strict:.4g}% for the strongest; suite-wide false-alarm budget {100 * gate.plan.family_alpha:g}%)"]
+        f"{100 * strict:.4g}% for the strongest; suite-wide false-alarm budget {100 * gate.plan.family_alpha:g}%"
+        + (f", this shard's {100 * gate.plan.alpha:.3g}%" if gate.plan.shard[1] > 1 else "") + ")"]
+    k, n = gate.plan.shard
+    if n > 1:
+        result.warnings.append(
+            f"shard {k} of {n}: {len(gate.records)} of the selection's {gate.selected} benchmarks (every {n}th of "
+            f"its sorted ids from the {_ordinal(k)}); the {n} shards' runs together keep the suite-wide false-alarm "
+            "budget")
     return result
