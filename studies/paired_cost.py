@@ -108,11 +108,11 @@ def main() -> int:
     return 0
 
 
-def print_cold_and_warm(sweeps: list[tuple[float, dict[str, float], collections.Counter]], turns: int) -> None:
+def print_cold_and_warm(sweeps: list[tuple[float, dict[str, float], collections.Counter]], benchmarks: int) -> None:
     """The first screen pair against the mean of the later ones, per benchmark, by stage and request."""
     warm = sweeps[1:]
     keys = sorted({k for _, spent, _ in sweeps for k in spent if spent[k] > 0}, key=lambda k: -sweeps[0][1].get(k, 0))
-    per = max(turns, 1)
+    per = max(benchmarks, 1)
     print(f" the first screen pair (cold caches) against the mean of the {len(warm)} after it, s per benchmark:")
     print(f"  {'whole pair':32s} {sweeps[0][0] / per:7.3f}  {sum(w[0] for w in warm) / len(warm) / per:7.3f}")
     for k in keys:

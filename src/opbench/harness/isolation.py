@@ -166,7 +166,7 @@ class WorkerProgress:
         self.saved = len(benches)
         self.ended += 1
         self._write({"end": nodeid, "failed": nodeid in self.failed})
-        if self.ended >= self.total:
+        if self.ended >= self.total or not (self.max_rss or self.max_growth):
             return
         rss, n = current_rss() or 0, self.total - self.ended
         left = f"{n} case{'s' if n != 1 else ''} left"

@@ -23,7 +23,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,11 +173,12 @@ class OverBudget(Exception):
     the --budget given: said after the first warm pair instead of running past it."""
 
 
-def shard_of(ids: list[str], shard: tuple[int, int]) -> set[str]:
+def shard_of(ids: Iterable[str], shard: tuple[int, int]) -> set[str]:
     """The k-th of n parts of a selection: every n-th of its ids sorted, from the k-th on. A sorted
-    list holds each test's parameters side by side (eager and compile, each size), so every part gets
-    a like share of every test and of its cost; and n jobs of one environment, collecting the same
-    ids, split them the same way."""
+    list holds each test's parameters side by side (eager and compile, each size), so a test with n
+    cases or more spreads over every part rather than filling one (which of its variants a part gets
+    follows from the stride, so the parts' costs are alike only roughly); and n jobs of one
+    environment, collecting the same ids, split them the same way."""
     k, n = shard
     return set(sorted(ids)[k - 1 :: n])
 
@@ -270,9 +271,10 @@ class PairedGate:
         # processes that did so time nothing; fresh pairs do.
         pair.close()
         base, cand = pair.ids["baseline"], pair.ids["candidate"]
-        self.selected = len(set(base) | set(cand))
+        collected = set(base) | set(cand)
+        self.selected = len(collected)
         if self.plan.shard[1] > 1:
-            mine = shard_of(list(set(base) | set(cand)), self.plan.shard)
+            mine = shard_of(collected, self.plan.shard)
             base, cand = [i for i in base if i in mine], [i for i in cand if i in mine]
         for i in base:
             self.records[i] = Record(i)

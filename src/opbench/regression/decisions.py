@@ -96,10 +96,6 @@ def _known_issue(rec: Record, result: Comparison) -> None:
         result.worse.append(f"{rec.id}: the candidate shows a known issue the baseline did not: {cand}")
 
 
-def _ordinal(k: int) -> str:
-    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
-
-
 def comparison(gate: PairedGate) -> Comparison:
     """The gate's outcome in compare's terms, plus the benchmarks that failed on a side."""
     compared = [r for r in gate.records.values() if r.kind != "new"]
@@ -141,7 +137,6 @@ def comparison(gate: PairedGate) -> Comparison:
     k, n = gate.plan.shard
     if n > 1:
         result.warnings.append(
-            f"shard {k} of {n}: {len(gate.records)} of the selection's {gate.selected} benchmarks (every {n}th of "
-            f"its sorted ids from the {_ordinal(k)}); the {n} shards' runs together keep the suite-wide false-alarm "
-            "budget")
+            f"shard {k} of {n}: {len(gate.records)} of the selection's {gate.selected} benchmarks (one in {n} of its "
+            f"sorted ids, from number {k}); the {n} shards' runs together keep the suite-wide false-alarm budget")
     return result
