@@ -25,6 +25,16 @@ run is that one: each of its cases the selection holds runs alone `--runs` times
 gives the saved median and peak resident set against alone's (the done-when of a full run whose
 per-case memory does not depend on what ran before it).
 
+How many cases lie outside alone's spread when the order does nothing is itself random: with 3
+runs a way's geometric mean lands outside alone's 3 medians now and then by chance. So beside the
+count the study gives what no order effect would give: for each case, every relabelling of its
+runs between alone and the other way (within each run, where the two ran side by side; equally
+likely when the order does nothing) gives the chance that the ratio lands outside the spread;
+their sum is the count expected by chance, and the Poisson-binomial tail over the cases is the
+chance of at least the count observed. A count well inside that distribution is no evidence of an
+order effect; a small tail probability is.
+`--from FILE` reads an earlier study's `--out` file and prints its tables again, runs nothing.
+
 Defaults: 2 runs, benchmarks/e2e, -m "resnet20 and training and not amp" (each framework's
 ResNet-20 training step in its plain and compiled modes; about 25 minutes on 2 cores). Every way's
 figures are printed as it ends and appended to --out (JSON lines), so an interrupted study keeps
@@ -36,6 +46,7 @@ in a timed round.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -111,6 +122,34 @@ def geomean(xs: list[float]) -> float:
     return math.exp(statistics.mean(math.log(x) for x in xs))
 
 
+def outside(alone: list[float], other: list[float]) -> bool:
+    """Whether `other`'s geometric mean over alone's lies outside alone's spread (max/min)."""
+    ratio = geomean(other) / geomean(alone)
+    return max(ratio, 1 / ratio) > max(alone) / min(alone)
+
+
+def outside_by_chance(alone: list[float], other: list[float]) -> float:
+    """The chance that the case lies outside alone's spread if the order does nothing. The ways run
+    side by side in each run (their order alternated), so what drifts between runs moves both; with
+    no order effect the two medians of a run are exchangeable, and each of the 2^runs ways of
+    swapping them is as likely as the one observed (exact, over all of them)."""
+    relabellings = list(itertools.product((False, True), repeat=len(alone)))
+    hits = 0
+    for swapped in relabellings:
+        runs = [(b, a) if swap else (a, b) for a, b, swap in zip(alone, other, swapped, strict=True)]
+        hits += outside([a for a, _ in runs], [b for _, b in runs])
+    return hits / len(relabellings)
+
+
+def at_least(chances: list[float], count: int) -> float:
+    """P(at least `count` of independent events with these chances happen): the Poisson-binomial tail."""
+    dist = [1.0]  # dist[j]: P(j events among those seen so far)
+    for p in chances:
+        dist = [(dist[j] if j < len(dist) else 0.0) * (1 - p) + (dist[j - 1] * p if j else 0.0)
+                for j in range(len(dist) + 1)]
+    return sum(dist[count:])
+
+
 def against(saved_path: Path, ids: list[str], runs: int, extra: list[str]) -> None:
     """Each case of the saved run that `ids` holds, alone `runs` times: the saved figures over alone's."""
     try:
@@ -150,7 +189,10 @@ def main() -> None:
                         help="alone: each case in a process of its own, or each framework's cases")
     parser.add_argument("--out", type=Path, help="append every way's figures here as they land (JSON lines)")
     parser.add_argument("--against", type=Path, help="a saved run: its cases against each alone, not the three ways")
+    parser.add_argument("--from", dest="source", type=Path, help="an earlier --out file: its tables, nothing run")
     args, extra = parser.parse_known_args()
+    if args.source:
+        return table(kept(args.source))
     ids = collect(args.path, args.markers, extra)
     if args.against:
         return against(args.against, ids, args.runs, extra)
@@ -169,23 +211,50 @@ def main() -> None:
                 print(f"run {run + 1}/{args.runs}, {way} ({time.monotonic() - start:.0f} s): "
                       + ", ".join(f"{name} {median * 1e3:.3g} ms" for name, (median, _) in sorted(found.items())),
                       file=sys.stderr, flush=True)
+    table(results)
+
+
+def kept(source: Path) -> dict[str, list[dict]]:
+    """An --out file's runs, by way."""
+    results: dict[str, list[dict]] = {way: [] for way in WAYS}
+    try:
+        for line in source.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            results[record["way"]].append({name: tuple(fig) for name, fig in record["results"].items()})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        sys.exit(f"isolation_order: {source} is not a study's --out file ({type(exc).__name__}: {exc})")
+    if not all(results.values()):
+        sys.exit(f"isolation_order: {source} lacks a way ({', '.join(w for w, r in results.items() if not r)})")
+    return results
+
+
+def table(results: dict[str, list[dict]]) -> None:
+    """The Markdown table of the three ways, and how many cases lie outside alone's spread against
+    how many would by chance. Runs that not every way finished (an interrupted study) are left out."""
+    complete = min(len(runs) for runs in results.values())
+    results = {way: runs[:complete] for way, runs in results.items()}
     names = sorted(set.intersection(*(set(r) for rs in results.values() for r in rs)))
     print("| benchmark | alone median | alone spread | mixed/alone | isolated/alone | peak RSS alone | mixed "
           "| isolated |")
     print("|---|---|---|---|---|---|---|---|")
-    outside = {"mixed": 0, "isolated": 0}
+    found = {"mixed": 0, "isolated": 0}
+    chances: dict[str, list[float]] = {"mixed": [], "isolated": []}
     for name in names:
         medians = {way: [r[name][0] for r in results[way]] for way in WAYS}
         rss = {way: max(r[name][1] for r in results[way]) for way in WAYS}
         spread = max(medians["alone"]) / min(medians["alone"])
         ratio = {way: geomean(medians[way]) / geomean(medians["alone"]) for way in ("mixed", "isolated")}
-        for way, r in ratio.items():
-            outside[way] += max(r, 1 / r) > spread
+        for way in ratio:
+            found[way] += outside(medians["alone"], medians[way])
+            chances[way].append(outside_by_chance(medians["alone"], medians[way]))
         print(f"| {name} | {geomean(medians['alone']) * 1e3:.3g} ms | {spread:.2f} | {ratio['mixed']:.3f} | "
               f"{ratio['isolated']:.3f} | {rss['alone'] / 2**20:,.0f} MiB | {rss['mixed'] / 2**20:,.0f} MiB | "
               f"{rss['isolated'] / 2**20:,.0f} MiB |")
-    print(f"\noutside alone's own spread: mixed {outside['mixed']} of {len(names)}, "
-          f"isolated {outside['isolated']} of {len(names)}")
+    print()
+    for way in ("mixed", "isolated"):
+        print(f"{way}: {found[way]} of {len(names)} outside alone's own spread; by chance (no order effect) "
+              f"{sum(chances[way]):.1f} expected, at least {found[way]} with probability "
+              f"{at_least(chances[way], found[way]):.2f}")
 
 
 if __name__ == "__main__":

@@ -417,3 +417,45 @@ def test_auto_bounds_a_worker_at_4g_or_half_the_memory():
 
     assert parse_size("auto", "--worker-max-rss") == min(AUTO_WORKER_RSS, machine_memory() // 2)
     assert AUTO_WORKER_RSS == 4 * 2**30 and parse_size("8G", "--worker-max-rss") == 8 * 2**30
+
+
+def _order_study():
+    """studies/isolation_order.py, the study that asks whether a case's figures depend on what ran before it."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "studies" / "isolation_order.py"
+    spec = importlib.util.spec_from_file_location("isolation_order", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_order_study_counts_what_chance_alone_puts_outside_the_spread(tmp_path):
+    study = _order_study()
+    # Runs 1, 1, 1 alone and 2, 2, 2 another way: of the 8 ways to swap the two within each run,
+    # only the two that keep the ones together (either way round) leave alone's spread at 1.
+    assert study.outside([1.0, 1.0, 1.0], [2.0, 2.0, 2.0])
+    assert study.outside_by_chance([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]) == pytest.approx(2 / 8)
+    assert not study.outside([1.0, 2.0, 4.0], [2.0, 2.0, 2.0])
+    # The Poisson-binomial tail.
+    assert study.at_least([0.5, 0.5], 1) == pytest.approx(0.75)
+    assert study.at_least([0.5, 0.5], 2) == pytest.approx(0.25)
+    assert study.at_least([0.1, 0.2, 0.3], 0) == pytest.approx(1.0)
+    # With no order effect (every way's runs drawn alike), the count outside matches what the study
+    # expects by chance: 400 simulated cases of three runs a way.
+    rng = __import__("random").Random(7)
+    cases = [([rng.lognormvariate(0, 0.2) for _ in range(3)], [rng.lognormvariate(0, 0.2) for _ in range(3)])
+             for _ in range(400)]
+    seen = sum(study.outside(a, b) for a, b in cases)
+    expected = sum(study.outside_by_chance(a, b) for a, b in cases)
+    assert abs(seen - expected) < 4 * expected ** 0.5, (seen, expected)
+    # An order effect (the other way 16% slower, runs 5% apart) puts far more outside than chance.
+    shifted = [([rng.lognormvariate(0, 0.05) for _ in range(3)], [rng.lognormvariate(0.15, 0.05) for _ in range(3)])
+               for _ in range(100)]
+    chances = [study.outside_by_chance(a, b) for a, b in shifted]
+    assert study.at_least(chances, sum(study.outside(a, b) for a, b in shifted)) < 1e-6
+    # --from reads an earlier study's --out file; one that lacks a way is one line.
+    kept = tmp_path / "study.jsonl"
+    kept.write_text(json.dumps({"run": 0, "way": "alone", "results": {"a": [1.0, 2.0]}}) + "\n")
+    with pytest.raises(SystemExit, match="lacks a way"):
+        study.kept(kept)
