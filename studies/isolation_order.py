@@ -61,9 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WAYS = ("alone", "mixed", "isolated")
 
 
-def pytest(path: str, args: list[str], out: Path) -> dict[str, tuple[float, float]]:
+def pytest(path: str, args: list[str], out: Path) -> dict[str, tuple[float, float, float]]:
     """One pytest run of `path` (a folder, or one node id) saving `out`: each benchmark's (median
-    s, peak RSS bytes)."""
+    s, peak RSS bytes, peak less the mapped files' pages)."""
     cmd = [sys.executable, "-m", "pytest", path, "-q", "-p", "no:cacheprovider",
            "--benchmark-max-time=0.5", f"--benchmark-json={out}", *args]
     subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
@@ -72,9 +72,11 @@ def pytest(path: str, args: list[str], out: Path) -> dict[str, tuple[float, floa
     return figures(out)
 
 
-def figures(saved: Path) -> dict[str, tuple[float, float]]:
-    """A saved run's benchmarks: each one's (median s, peak RSS bytes)."""
-    return {b["name"]: (b["stats"]["median"], b["extra_info"].get("peak_rss_bytes") or math.nan)
+def figures(saved: Path) -> dict[str, tuple[float, float, float]]:
+    """A saved run's benchmarks: each one's (median s, peak RSS bytes, peak less the mapped files'
+    pages in bytes: NaN where the run did not save it)."""
+    return {b["name"]: (b["stats"]["median"], b["extra_info"].get("peak_rss_bytes") or math.nan,
+                        b["extra_info"].get("peak_anon_bytes") or math.nan)
             for b in json.loads(saved.read_text())["benchmarks"]}
 
 
@@ -161,23 +163,32 @@ def against(saved_path: Path, ids: list[str], runs: int, extra: list[str]) -> No
         sys.exit(f"isolation_order: the selection holds none of {saved_path}'s {len(saved)} benchmarks")
     print(f"isolation_order: {len(ids)} cases of {saved_path.name}, each alone {runs} times",
           file=sys.stderr, flush=True)
-    found: dict[str, list[tuple[float, float]]] = {}
+    found: dict[str, list[tuple[float, float, float]]] = {}
     os.environ.setdefault("OPBENCH_REFERENCE_CACHE", str(ROOT / ".cache" / "references"))  # make's, kept
     with tempfile.TemporaryDirectory() as folder:
         for run in range(runs):
             for name, figured in alone(ids, extra, Path(folder), run).items():
                 found.setdefault(name, []).append(figured)
-    print("| benchmark | alone median | alone spread | saved/alone | peak RSS alone | saved | saved/alone |")
-    print("|---|---|---|---|---|---|---|")
-    within = 0
+    print("| benchmark | alone median | alone spread | saved/alone | peak RSS alone | saved | saved/alone "
+          "| less files, alone | saved | saved/alone |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    within = {"peak": 0, "less files": 0}
+    has = {"peak": 0, "less files": 0}  # cases whose both figures exist (runs saved before 2026-11-30 lack the second)
     for name in sorted(found):
-        medians, peaks = [m for m, _ in found[name]], [r for _, r in found[name]]
-        spread, peak = max(medians) / min(medians), max(peaks)
-        ratio = saved[name][1] / peak
-        within += abs(ratio - 1) <= 0.10
+        medians = [figured[0] for figured in found[name]]
+        spread = max(medians) / min(medians)
+        cells = []
+        for kind, at in (("peak", 1), ("less files", 2)):
+            peak = max(figured[at] for figured in found[name])
+            ratio = saved[name][at] / peak
+            within[kind] += abs(ratio - 1) <= 0.10
+            has[kind] += not math.isnan(ratio)
+            cells.append(f"{peak / 2**20:,.0f} MiB | {saved[name][at] / 2**20:,.0f} MiB | {ratio:.2f}"
+                         if not math.isnan(ratio) else "- | - | -")
         print(f"| {name} | {geomean(medians) * 1e3:.3g} ms | {spread:.2f} | {saved[name][0] / geomean(medians):.3f} | "
-              f"{peak / 2**20:,.0f} MiB | {saved[name][1] / 2**20:,.0f} MiB | {ratio:.2f} |")
-    print(f"\npeak within 10% of alone's: {within} of {len(found)}")
+              f"{' | '.join(cells)} |")
+    print(f"\npeak within 10% of alone's: {within['peak']} of {has['peak']}; the peak less the mapped files' "
+          f"pages: {within['less files']} of {has['less files']}")
 
 
 def main() -> None:

@@ -327,21 +327,25 @@ def test_each_case_is_timed_in_as_many_fresh_workers_as_processes_asks_and_saved
         assert stats["median"] <= max(processes["medians_s"])
 
 
-def _bench(name: str, data: list[float], peak: int, busy: bool) -> dict:
+def _bench(name: str, data: list[float], peak: int, busy: bool, anon: int | None = None) -> dict:
     return {"fullname": name, "name": name, "stats": {"data": data, "median": sorted(data)[len(data) // 2],
                                                       "iterations": 1},
-            "extra_info": {"peak_rss_bytes": peak, "load": {"busy": busy, "other_cpus": 0.5 * busy}}}
+            "extra_info": {"peak_rss_bytes": peak, "peak_anon_bytes": anon,
+                           "load": {"busy": busy, "other_cpus": 0.5 * busy}}}
 
 
 def test_a_case_is_pooled_over_every_process_or_left_out():
-    benches = [_bench("a", [1.0, 2.0], 10, False), _bench("b", [5.0], 1, False), _bench("c", [3.0], 1, False),
-               _bench("a", [3.0, 4.0], 30, True), _bench("c", [3.0], 1, False)]
+    benches = [_bench("a", [1.0, 2.0], 10, False, anon=8), _bench("b", [5.0], 1, False), _bench("c", [3.0], 1, False),
+               _bench("a", [3.0, 4.0], 30, True, anon=25), _bench("c", [3.0], 1, False)]
     failed = ["c"]  # timed twice, but failed in a third worker
     out = isolation.pooled(benches, 2, failed)
     assert [b["fullname"] for b in out] == ["a"] and failed == ["c", "b"]  # b: timed in one process of two
     a = out[0]
     assert a["stats"]["data"] == [1.0, 2.0, 3.0, 4.0] and a["stats"]["median"] == 2.5 and a["stats"]["rounds"] == 4
     assert a["extra_info"]["peak_rss_bytes"] == 30 and a["extra_info"]["load"]["busy"] is True
+    assert a["extra_info"]["peak_anon_bytes"] == 25  # the largest process's, in either figure
+    half = isolation.pooled([_bench("d", [1.0], 10, False, anon=8), _bench("d", [2.0], 30, False)], 2, [])
+    assert half[0]["extra_info"]["peak_anon_bytes"] is None  # one process without it: no largest to give
     assert a["extra_info"]["processes"] == {"count": 2, "medians_s": [2.0, 4.0], "spread": 2 / 3}
 
 

@@ -52,3 +52,30 @@ def test_no_proc_gives_no_figure_rather_than_a_wrong_one(monkeypatch, tmp_path):
     with memory.PeakOf() as peak:
         pass
     assert peak.as_extra()["peak_rss_bytes"] is None and peak.before is None
+
+
+def test_a_mapped_file_counts_in_the_files_pages_not_in_the_case_own_memory(tmp_path):
+    """A library's pages are a mapped file's: how many are resident follows the page cache, not the
+    case, so the case's own figure (peak_anon_bytes) leaves them out and the files' are kept apart."""
+    _reset_or_skip()
+    if memory.file_rss() is None:
+        pytest.skip("this kernel does not say RssFile")
+    import mmap
+
+    path = tmp_path / "library"
+    path.write_bytes(b"\1" * (64 * MIB))
+    files_before, anon_before = memory.file_rss(), memory.anon_rss()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memory.PeakOf() as peak:
+        assert sum(mapped[i] for i in range(0, len(mapped), 4096)) == 64 * MIB // 4096  # every page touched
+    extra = peak.as_extra()
+    assert extra["rss_file_bytes"] == peak.files and peak.files - files_before >= 56 * MIB
+    assert extra["peak_anon_bytes"] == peak.peak - peak.files
+    assert peak.anon - anon_before < 32 * MIB, f"{(peak.anon - anon_before) / MIB:.0f} MiB"
+
+
+def test_no_proc_gives_no_figure_for_the_files_either(monkeypatch, tmp_path):
+    monkeypatch.setattr(memory, "STATUS", str(tmp_path / "status"))
+    with memory.PeakOf() as peak:
+        pass
+    assert peak.as_extra()["rss_file_bytes"] is None and peak.as_extra()["peak_anon_bytes"] is None
+    assert memory.anon_rss() is None

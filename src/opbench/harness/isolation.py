@@ -19,10 +19,11 @@ first use imports and keeps (torch.compile's inductor: 66 MiB) stay out of the o
   bound the user gave holds, and so does auto's with --worker-max-growth off, which measures none.
 - After each case a worker collects its garbage and lets its framework's compiled programs go
   (Backend.forget). One that still holds more than --worker-max-growth above what a case of the
-  next case's direction starts from stops there too: a case's peak memory then carries at most
-  that much of what earlier cases left, and agrees with the same case's peak in a process of its
-  own where the framework lets its compiled programs go (TensorFlow's XLA does not:
-  docs/usage/running.md).
+  next case's direction starts from stops there too: a case's peak memory (`peak_anon_bytes`, the
+  peak less the mapped files' pages, which follow the page cache rather than the case:
+  harness/memory.py) then carries at most that much of what earlier cases left, and agrees with
+  the same case's peak in a process of its own where the framework lets its compiled programs go
+  (TensorFlow's XLA does not: docs/usage/running.md).
 - What a case starts from depends on its direction (forward, backward, inference, training,
   convergence): a framework sets up what a direction needs at its first use and keeps it (torch's
   autograd engine, 36 MiB; its optimizers import the compiler front end, 80 MiB), and a case of
@@ -61,7 +62,7 @@ import pytest
 from opbench.core import schema
 from opbench.core.processes import plain, terminate_as_interrupt
 from opbench.harness import children
-from opbench.harness.memory import current_rss
+from opbench.harness.memory import anon_rss, current_rss
 
 CHILD = "OPBENCH_ISOLATED_CHILD"  # in a worker's environment: its progress file
 SKIP = "OPBENCH_ISOLATED_SKIP"  # a file of node ids the worker leaves out (what earlier workers started)
@@ -199,10 +200,11 @@ class WorkerProgress:
 
     def left(self) -> int:
         """What this worker holds between cases: its framework's compiled programs let go, its
-        garbage collected, its heap trimmed, less what opbench keeps on purpose for the next case."""
+        garbage collected, its heap trimmed, less what opbench keeps on purpose for the next case,
+        and less the mapped files' pages (the figure a case's peak is read in: peak_anon_bytes)."""
         kept = self.between()
         forget(_framework(self.config))
-        return (current_rss() or 0) - kept
+        return (anon_rss() or 0) - kept
 
     def _recycle(self, rss: int, why: str) -> None:
         self._write({"recycle": rss})
@@ -611,9 +613,12 @@ def pooled(benches: list[dict], processes: int, failed: list[str]) -> list[dict]
         medians = [float(b["stats"]["median"]) for b in each]
         first = each[0]
         extra = dict(first.get("extra_info") or {})
-        peaks = [(b.get("extra_info") or {}).get("peak_rss_bytes") for b in each]
-        if all(isinstance(p, int | float) for p in peaks):
-            extra["peak_rss_bytes"] = max(peaks)
+        for key in ("peak_rss_bytes", "peak_anon_bytes"):  # a case's peak: its largest process's
+            peaks = [(b.get("extra_info") or {}).get(key) for b in each]
+            if all(isinstance(p, int | float) for p in peaks):
+                extra[key] = max(peaks)
+            elif any(p is not None for p in peaks):  # not the largest when one process has none
+                extra[key] = None
         loads = [(b.get("extra_info") or {}).get(schema.LOAD) for b in each]
         if all(isinstance(load, dict) for load in loads):
             extra[schema.LOAD] = max(loads, key=lambda load: (bool(load.get("busy")), load.get("other_cpus", 0)))

@@ -6,6 +6,15 @@ since Linux 4.0 a process may reset it to its present resident set (writing 5 to
 case's peak exactly, with nothing running beside the rounds: a thread that polled the resident
 set would wake during them. Where the reset is refused (older kernels, some sandboxes) the mark is
 the process's since it started, and the scope says so.
+
+The resident set counts the pages of mapped files too (RssFile: the libraries' code and data), and
+how many of those a process has mapped follows the kernel's page cache, not the process: the same
+case in the same torch build mapped 49 MiB of libtorch_cpu.so's code where the library had just
+been written (installed) and 93 MiB where it had come back into the cache by reading (Linux 6.18,
+ext4, 2026-11-30). So a case's peak also comes with
+the file pages resident at its end, and `peak_anon_bytes`, the peak less them: what the process
+itself allocated (heap, arrays, the framework's caches, shared memory), the figure that depends on
+the case rather than on what the machine read before.
 """
 
 from __future__ import annotations
@@ -41,6 +50,20 @@ def current_rss() -> int | None:
     return None if kib is None else kib * 1024
 
 
+def file_rss() -> int | None:
+    """The file-backed part of this process's resident set in bytes (RssFile), None where the kernel
+    does not say."""
+    kib = _status_kib("RssFile")
+    return None if kib is None else kib * 1024
+
+
+def anon_rss() -> int | None:
+    """This process's resident set less its mapped files' pages, in bytes (VmRSS - RssFile: its
+    anonymous and shared memory), None where the kernel does not say."""
+    rss, files = current_rss(), file_rss()
+    return None if rss is None or files is None else rss - files
+
+
 def reset_peak_rss() -> bool:
     """Set the high-water mark to the present resident set; False where the kernel refuses."""
     try:
@@ -58,10 +81,18 @@ class Peak:
     peak: int | None = None  # the resident set's highest point during the block (scope "block") or ever ("process")
     before: int | None = None  # the resident set when the block began
     scope: str = "block"
+    files: int | None = None  # the mapped files' pages resident when the block ended (RssFile)
+
+    @property
+    def anon(self) -> int | None:
+        """The peak less the file pages resident at the block's end: the process's own memory at its
+        peak, within what the block mapped of files meanwhile (the rounds run code their warm-up ran)."""
+        return None if self.peak is None or self.files is None else max(self.peak - self.files, 0)
 
     def as_extra(self) -> dict:
         """The extra_info fields every saved case carries."""
-        return {"peak_rss_bytes": self.peak, "rss_before_bytes": self.before, "peak_rss_scope": self.scope}
+        return {"peak_rss_bytes": self.peak, "rss_before_bytes": self.before, "peak_rss_scope": self.scope,
+                "rss_file_bytes": self.files, "peak_anon_bytes": self.anon}
 
 
 class PeakOf:
@@ -74,3 +105,4 @@ class PeakOf:
 
     def __exit__(self, *exc) -> None:
         self.result.peak = peak_rss()
+        self.result.files = file_rss()

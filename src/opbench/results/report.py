@@ -24,9 +24,10 @@ class Cell:
     latency: tuple[float, ...] | None = None  # p50, p90, p99 per call (inference)
     ran: str | None = None  # what was observed to run: threads, and a model's compute type
     busy: bool = False  # timed while other work took more CPUs than were free
-    # peak resident set, peak device memory (bytes), and whether the device's is the process's since it began
-    # (JAX: the framework cannot reset it), which bounds the case's from above
-    memory: tuple[float | None, float | None, bool] = (None, None, False)
+    # peak memory less the mapped files' pages (harness/memory.py), peak device memory (bytes), whether the
+    # device's is the process's since it began (JAX: the framework cannot reset it), which bounds the case's
+    # from above, and whether the first is the whole resident set (a run saved before the files were kept apart)
+    memory: tuple[float | None, float | None, bool, bool] = (None, None, False, False)
     processes: tuple[int, float] | None = None  # --processes: how many, and the spread of their medians
 
 
@@ -53,11 +54,13 @@ def cell_of(bench: Bench) -> Cell:
     latency = tuple(e.get(f"latency_p{q}_s") for q in LATENCY_PERCENTILES)
     rss = e.get("peak_rss_bytes")
     rss = max(rss) if isinstance(rss, list) and rss else rss  # a distributed run: its largest worker
+    anon = e.get("peak_anon_bytes")
     return Cell(bench.median, bench.iqr, flops / bench.median / 1e9 if flops else None,
                 # %-of-peak only for exact FLOP counts (results before the flag: all)
                 e.get("peak_gflops") if e.get("flops_exact", True) else None,
                 e.get("numpy_gemm_gflops"), None if None in latency else latency, _ran(e), schema.busy(e),
-                (rss, e.get("peak_device_bytes"), e.get("peak_device_scope") == "process"), _processes(e))
+                (anon if anon is not None else rss, e.get("peak_device_bytes"),
+                 e.get("peak_device_scope") == "process", anon is None and rss is not None), _processes(e))
 
 
 def _processes(extra: dict) -> tuple[int, float] | None:
@@ -149,10 +152,11 @@ def _vs_slowest(g, r, c):
 
 def _memory(g, r, c):
     cell = g.row(r).get(c)
-    rss, device, since_start = cell.memory if cell else (None, None, False)
+    rss, device, since_start, whole = cell.memory if cell else (None, None, False, False)
     if not rss and not device:
         return "-"
     mib = [f"{v / 2**20:,.0f} MiB" if v else "-" for v in (rss, device)]
+    mib[0] += " +files" if whole and rss else ""
     return mib[0] if not device else f"{mib[0]} / {'<= ' if since_start else ''}{mib[1]}"
 
 
@@ -172,7 +176,8 @@ LATENCY_TITLE = f"latency per call, {' / '.join(f'p{q}' for q in LATENCY_PERCENT
 
 
 AMP_TITLE = f"mixed-precision speed-up: float32 time / amp time (models; {ON_BUSY})"
-MEMORY_TITLE = ("peak memory: resident set (/ device memory on a GPU; <= where the framework keeps only its "
+MEMORY_TITLE = ("peak memory: resident set less mapped files' pages (+files: the whole resident set, as runs "
+                "saved before 2026-11-30 hold it; / device memory on a GPU; <= where the framework keeps only its "
                 "process's peak), models")
 RAN_TITLE = ("what ran, observed: threads (per-thread CPU time), a model's compute type and a 16-bit operator's "
              "product type (read from the framework), another framework's team on the same OpenMP runtime")
