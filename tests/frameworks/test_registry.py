@@ -207,3 +207,28 @@ def test_every_input_is_float32_on_this_numpy():
             for i, x in enumerate(make(np.random.default_rng(0), p)):
                 dtype = np.asarray(x).dtype
                 assert dtype == np.float32 or dtype.kind in "iub", (spec.name, p, i, dtype)
+
+
+def test_a_framework_loads_another_first_only_where_the_process_uses_both(monkeypatch):
+    """TensorFlow is imported after torch where both run in one process (the other order can crash
+    it); a worker of TensorFlow alone imports no torch, whose memory would be in every figure."""
+    from opbench.frameworks.base import Framework
+
+    declared = {"first": Framework(name="first", title="First", package="first", modes=("eager",), order=1),
+                "second": Framework(name="second", title="Second", package="second", modes=("eager",), order=2,
+                                    load_before=("first",))}
+    imported: list[str] = []
+    monkeypatch.setattr(frameworks, "declared", lambda: declared)
+    monkeypatch.setattr(frameworks, "installed", lambda name: True)
+    monkeypatch.setattr(frameworks, "_import", lambda name: imported.append(name) or object())
+    for expected, loads in ((("second",), ["second"]), (("first", "second"), ["first", "second"])):
+        monkeypatch.setattr(frameworks, "_loaded", {})
+        monkeypatch.setattr(frameworks, "_start", {})
+        frameworks.expect(expected)
+        frameworks.load("second")
+        assert imported == loads, (expected, imported)
+        imported.clear()
+    monkeypatch.setattr(frameworks, "_loaded", {})
+    monkeypatch.setattr(frameworks, "_start", {})  # a process that said nothing keeps the safe order
+    frameworks.load("second")
+    assert imported == ["first", "second"]

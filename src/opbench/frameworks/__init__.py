@@ -74,7 +74,7 @@ def package(name: str) -> Any:
 
 _loaded: dict[str, Backend | Unavailable] = {}
 _lock = threading.Lock()
-_start: dict[str, int] = {}
+_start: dict[str, Any] = {}  # what a measuring process said before loading a framework
 
 
 def start_threads(n: int) -> None:
@@ -83,6 +83,18 @@ def start_threads(n: int) -> None:
     says it before it loads a backend; a framework already started keeps the count it started with,
     and the thread check then reports the mismatch."""
     _start["threads"] = n
+
+
+def expect(names: tuple[str, ...]) -> None:
+    """The frameworks this process may load (its session's --framework). A framework imported
+    before another where both are used (load_before: TensorFlow before torch can crash the
+    process) has it imported first only where the other is among these: a worker of TensorFlow
+    alone never holds torch, whose import would be in every TensorFlow figure (memory included)."""
+    _start["expected"] = tuple(names)
+
+
+def _expected(name: str) -> bool:
+    return name in _start.get("expected", (name,))
 
 
 def threads_at_start() -> int:
@@ -103,7 +115,7 @@ def load(name: str) -> Backend:
     with _lock:
         if name not in _loaded:
             for first in declared()[name].load_before:
-                if first not in _loaded and installed(first):
+                if first not in _loaded and installed(first) and _expected(first):
                     _loaded[first] = _import(first)
             _loaded[name] = _import(name)
     result = _loaded[name]
@@ -122,5 +134,5 @@ def _import(name: str) -> Backend | Unavailable:
         return Unavailable(f"{name} failed to import: {one_line(exc, limit=10_000)}")
 
 
-__all__ = ["Backend", "Framework", "Unavailable", "declared", "installed", "load", "start_threads", "taking_part",
-           "threads_at_start"]
+__all__ = ["Backend", "Framework", "Unavailable", "declared", "expect", "installed", "load", "start_threads",
+           "taking_part", "threads_at_start"]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.frameworks import load, start_threads
+from opbench.frameworks import expect, load, start_threads
 from opbench.harness import timing
 from opbench.harness.config import Settings
 from opbench.harness.roofline import Roofline
@@ -38,6 +38,7 @@ class Session:
         s = self.settings
         self.roofline = Roofline(s.peak_gflops, s.roofline_slack, self.threads)
         start_threads(self.threads)  # before any framework loads: some fix their threads when they start
+        expect(s.frameworks)  # and only these load: a worker of one framework imports no other
 
     @property
     def threads(self) -> int:
