@@ -395,6 +395,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.active = True
     used = {c.framework for c in cases}
     state.frameworks_used = tuple(f for f in state.settings.frameworks if f in used)
+    frameworks.expect(state.frameworks_used)  # `-m tensorflow` alone: TensorFlow loads without torch first
     from opbench.harness import isolation
 
     worker = isolation.progress(session.config)
