@@ -173,7 +173,7 @@ def against(saved_path: Path, ids: list[str], runs: int, extra: list[str]) -> No
           "| less files, alone | saved | saved/alone |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     within = {"peak": 0, "less files": 0}
-    has = {"peak": 0, "less files": 0}  # cases whose both figures exist (runs saved before 2026-11-30 lack the second)
+    has = {"peak": 0, "less files": 0}  # cases with the figure on both sides (older runs lack the second)
     for name in sorted(found):
         medians = [figured[0] for figured in found[name]]
         spread = max(medians) / min(medians)

@@ -9,12 +9,12 @@ the process's since it started, and the scope says so.
 
 The resident set counts the pages of mapped files too (RssFile: the libraries' code and data), and
 how many of those a process has mapped follows the kernel's page cache, not the process: the same
-case in the same torch build mapped 49 MiB of libtorch_cpu.so's code where the library had just
-been written (installed) and 93 MiB where it had come back into the cache by reading (Linux 6.18,
-ext4, 2026-11-30). So a case's peak also comes with
-the file pages resident at its end, and `peak_anon_bytes`, the peak less them: what the process
-itself allocated (heap, arrays, the framework's caches, shared memory), the figure that depends on
-the case rather than on what the machine read before.
+case in the same torch build mapped 93-107 MiB of libtorch_cpu.so's code in a fresh clone's venv
+after its make test and make bench, and 49-51 MiB once that byte-identical file was written anew
+(Linux 6.18, ext4, 2026-11-30; which history gives the larger count was not found). So a case's
+peak also comes with the file pages resident at its end, and `peak_anon_bytes`, the peak less
+them: what the process itself allocated (heap, arrays, the framework's caches, shared memory), the
+figure that depends on the case rather than on what the machine read before.
 """
 
 from __future__ import annotations
@@ -36,25 +36,27 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+def _status_bytes(field: str) -> int | None:
+    kib = _status_kib(field)
+    return None if kib is None else kib * 1024
+
+
 def peak_rss() -> int | None:
     """This process's resident-set high-water mark in bytes (VmHWM), None where the kernel does not
     say. Not getrusage's ru_maxrss: Linux carries that across fork and exec, so a worker would
     report its parent's peak."""
-    kib = _status_kib("VmHWM")
-    return None if kib is None else kib * 1024
+    return _status_bytes("VmHWM")
 
 
 def current_rss() -> int | None:
     """This process's resident set in bytes (VmRSS), None where the kernel does not say."""
-    kib = _status_kib("VmRSS")
-    return None if kib is None else kib * 1024
+    return _status_bytes("VmRSS")
 
 
 def file_rss() -> int | None:
     """The file-backed part of this process's resident set in bytes (RssFile), None where the kernel
     does not say."""
-    kib = _status_kib("RssFile")
-    return None if kib is None else kib * 1024
+    return _status_bytes("RssFile")
 
 
 def anon_rss() -> int | None:
