@@ -149,6 +149,44 @@ def test_holm_confirms_more_than_bonferroni_and_stops_at_the_first_failure():
     assert ps.holm([None, estimates[0]], rules[:2], directions[:2], 0.97)[0] == ("noisy", 0.97)
 
 
+def test_holm_counts_is_holms_step_down_over_many_confirmations_at_once():
+    """The vectorized count that the power statement simulates with is `holm` itself: 40
+    confirmations of six benchmarks (four changed by 4-9%, two unchanged, 12 pairs each, some
+    past the threshold and under it), compared one by one."""
+    rng = np.random.default_rng(5)
+    shifts = np.log([1.04, 1.06, 1.07, 1.09, 1.0, 1.0])
+    medians = shifts[None, :, None] + rng.normal(0, 0.03, (40, 6, 12))
+    rules = [Rule(), Rule(), Rule(margin=0.02, threshold=0.04), Rule(), Rule(), Rule()]
+    counts = ps.holm_counts(medians, rules, 0.05)
+    for draw, count in zip(medians, counts, strict=True):
+        estimates = [ps.estimate([np.array([v]) for v in bench]) for bench in draw]
+        verdicts = ps.holm(estimates, rules, ["regression"] * 6, 0.97, 0.05)
+        assert count == sum(v == "regression" for v, _ in verdicts)
+    assert 0 < counts.mean() < 6
+
+
+def test_the_confirmations_power_grows_with_its_pairs_and_falls_with_the_scatter():
+    """holm_share predicts the share of flagged benchmarks a confirmation confirms at a true
+    change: none without a change beyond the margin's false-alarm rate, all at a tight scatter,
+    more with more pairs, fewer with a wider scatter; pairs_for_share is the fewest pairs that
+    reach the share asked, checked against the shares on each side of it."""
+    rng = np.random.default_rng(6)
+    rules = [Rule()] * 20
+    wide, tight = rng.normal(0, 0.06, 400), rng.normal(0, 0.005, 400)
+    assert ps.holm_share(wide, 0.0, rules, 24) <= 0.01
+    assert ps.holm_share(tight, 0.07, rules, 24) == 1.0
+    shares = [ps.holm_share(wide, 0.07, rules, m) for m in (16, 24, 40)]
+    assert shares == sorted(shares) and shares[0] < 0.5 < shares[-1]
+    assert ps.holm_share(rng.normal(0, 0.04, 400), 0.07, rules, 24) > shares[1]
+    needed = ps.pairs_for_share(wide, 0.07, rules, 24, 60)
+    assert needed is not None and 24 < needed <= 60
+    assert ps.holm_share(wide, 0.07, rules, needed) >= 0.9 > ps.holm_share(wide, 0.07, rules, needed - 1)
+    assert ps.pairs_for_share(rng.normal(0, 0.2, 400), 0.07, rules, 24, 60) is None
+    # the scatter is the pair medians about each benchmark's own estimate, pooled
+    est = [ps.estimate([np.array([s + v]) for v in tight[:10]]) for s in (0.0, 0.3)]
+    assert ps.spread(ps.residuals(est)) == pytest.approx(ps.spread(tight[:10] - np.median(tight[:10])), rel=0.3)
+
+
 # --- the coordinator against fake workers ----------------------------------------------------
 
 IDS = [f"benchmarks/ops/test_x.py::test_relu[fake-cpu-eager-float32-{n}]" for n in (8, 16, 32)]
@@ -444,6 +482,34 @@ def test_a_crashing_or_hanging_worker_fails_its_benchmark_and_a_fresh_pair_goes_
     assert {r.fullname for r in result.rows} == {IDS[0], IDS[2]}
     assert all(len(gate.records[i].trials) == 32 for i in (IDS[0], IDS[2]))  # nothing lost after the fault
     assert gate.pairs_started == 10 and all(w.closed for w in FakeWorker.started)
+
+
+def test_the_confirmation_says_its_power_and_what_reaches_90_percent(tmp_path):
+    """Before the confirmation's first pair, the gate says what its pairs can confirm if each
+    flagged benchmark had changed by 7%, from the scatter of the screen's pair medians; where that
+    is under 90%, the pairs and the budget that reach it."""
+    rng = np.random.default_rng(7)
+
+    def screened(scatter: float) -> PairedGate:
+        gate = _paced(tmp_path, budget_s=1000, elapsed_s=400, flagged=3)
+        for k in range(3):
+            gate.records[f"id{k}"].trials = [
+                {"stage": "screen", "pair": p, "log_ratio": math.log(1.08) + d, "interfered": False}
+                for p, d in enumerate(rng.normal(0, scatter, 12))]
+        return gate
+
+    said = screened(0.002)._power(["id0", "id1", "id2"], 24)
+    assert re.fullmatch(r"; if each had changed by 7%, 24 pairs would confirm about 100% of them "
+                        r"\(pair medians scatter 0\.\d% in the screen\)", said)
+    gate = screened(0.06)
+    said = gate._power(["id0", "id1", "id2"], 24)
+    share, needed, budget = re.fullmatch(r"; if each had changed by 7%, 24 pairs would confirm about (\d+)% of them "
+                                         r"\(pair medians scatter [\d.]+% in the screen\); (\d+) pairs would "
+                                         r"confirm 90%: --budget (\d+), or a shard of fewer benchmarks "
+                                         r"\(--shard K/N with a larger N\)", said).groups()
+    assert int(share) < 90 and 24 < int(needed) <= 60
+    assert int(budget) == math.ceil((400 + int(needed) * (2 + 3 * 1.0)) / 60)  # now + pairs x the pace
+    assert screened(0.5)._power(["id0", "id1", "id2"], 24).endswith(", and even 60 would confirm under 90%")
 
 
 class Noisy(FakeWorker):

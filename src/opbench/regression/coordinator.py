@@ -65,6 +65,9 @@ class Plan:
     confidence: float = CONFIDENCE
     family_alpha: float = ps.FAMILY_ALPHA  # over the whole selection, all shards together
     seed: int = 0
+    # the change the confirmation's power is stated for: the share of the flagged benchmarks it would
+    # confirm if each had changed by this much, at the scatter of pair medians the screen measured
+    power_change: float = 0.07
     shard: tuple[int, int] = (1, 1)  # (k, n): this run gates the k-th of n parts of the selection (`shard_of`)
 
     @property
@@ -302,7 +305,7 @@ class PairedGate:
         if flagged:
             left = max(0.0, self.budget_s - self.elapsed()) / 60
             self.notes.append(f"note: the confirmation measured {len(flagged)} flagged benchmark(s) on {count} "
-                              f"fresh pairs, fixed from the budget left ({left:.1f} min)")
+                              f"fresh pairs, fixed from the budget left ({left:.1f} min)" + self._power(flagged, count))
         for c in range(count):
             self.stage = ("confirm", c + 1, count)
             self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
@@ -410,6 +413,26 @@ class PairedGate:
         per_pair = self.pair_s(flagged)
         fits = int((self.budget_s - self.elapsed()) // per_pair) if per_pair > 0 else least
         return max(least, min(self.plan.max_pairs, fits))
+
+    def _power(self, flagged: list[str], count: int) -> str:
+        """What `count` confirmation pairs can confirm (intervals.holm_share): the expected share
+        of `flagged` if each had changed by the plan's power_change, its pair medians scattering
+        as the screen's did; and, where that is under 90%, the pairs and budget that reach it.
+        Said before the confirmation's first pair, from the screen's data only."""
+        rules = [self.rule_for(self.records[i].name) for i in flagged]
+        scatter = ps.residuals([e for i in flagged if (e := self.records[i].estimate("screen")) is not None])
+        change, alpha = self.plan.power_change, self.plan.alpha
+        share = ps.holm_share(scatter, change, rules, count, alpha)
+        said = (f"; if each had changed by {100 * change:g}%, {count} pairs would confirm about {100 * share:.0f}% "
+                f"of them (pair medians scatter {100 * ps.spread(scatter):.1f}% in the screen)")
+        if share >= 0.9:
+            return said
+        needed = ps.pairs_for_share(scatter, change, rules, count, max(count, self.plan.max_pairs), 0.9, alpha)
+        if needed is None:
+            return said + f", and even {max(count, self.plan.max_pairs)} would confirm under 90%"
+        budget = self.elapsed() + needed * self.pair_s(flagged)
+        return said + (f"; {needed} pairs would confirm 90%: --budget {math.ceil(budget / 60)}, or a shard of fewer "
+                       "benchmarks (--shard K/N with a larger N)")
 
     def _undecided(self, active: list[str], number: int) -> list[str]:
         """Screen verdicts after `number` pairs; those still undecided continue (all continue

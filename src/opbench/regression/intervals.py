@@ -157,3 +157,61 @@ def spread(values: np.ndarray) -> float:
     """A robust spread of log-ratios: 1.4826 x the median absolute deviation (sigma for normal data)."""
     values = np.asarray(values, dtype=float)
     return float(1.4826 * np.median(np.abs(values - np.median(values)))) if values.size else float("nan")
+
+
+def residuals(estimates: list[Estimate]) -> np.ndarray:
+    """How pair medians scatter about their benchmark's own shift, pooled over `estimates`: each
+    one's pair medians less its Hodges-Lehmann estimate, scaled by sqrt(M / (M - 1)) for the
+    estimate's own fit to them."""
+    out = [(e.medians - e.log_ratio) * math.sqrt(e.pairs / (e.pairs - 1)) for e in estimates if e.pairs > 1]
+    return np.concatenate(out) if out else np.zeros(1)
+
+
+def holm_share(scatter: np.ndarray, change: float, rules: list[Rule], pairs: int, family_alpha: float = FAMILY_ALPHA,
+               draws: int = 200, seed: int = 0) -> float:
+    """The expected share of the F = len(rules) flagged benchmarks that `holm` confirms on
+    `pairs` fresh pairs when each truly changed by `change` (0.07: 7%) in the screened
+    direction and its pair medians scatter about that shift as `scatter` does (`residuals`),
+    drawn with random signs (symmetric, as between identical sides): simulated over `draws`
+    confirmations, in chunks that bound the memory."""
+    rng = np.random.default_rng(seed)
+    f = len(rules)
+    if f == 0 or pairs < 1:
+        return 0.0
+    chunk = max(1, 4_000_000 // (f * pairs * (pairs + 1) // 2))
+    confirmed = 0
+    for start in range(0, draws, chunk):
+        d = min(chunk, draws - start)
+        signs = rng.choice((-1.0, 1.0), (d, f, pairs))
+        confirmed += int(holm_counts(math.log1p(change) + rng.choice(scatter, (d, f, pairs)) * signs, rules,
+                                     family_alpha).sum())
+    return confirmed / (draws * f)
+
+
+def holm_counts(medians: np.ndarray, rules: list[Rule], family_alpha: float = FAMILY_ALPHA) -> np.ndarray:
+    """How many of F benchmarks `holm` confirms as regressions, for each of D confirmations at
+    once: `medians` (D, F, M) holds each benchmark's M pair medians. The same one-sided
+    p-values (`p_value`) and step-down, vectorized."""
+    f, pairs = medians.shape[1:]
+    i, j = np.triu_indices(pairs)
+    walsh = (medians[..., i] + medians[..., j]) / 2
+    margin = np.log1p([r.margin for r in rules])[:, None]
+    threshold = np.log1p([r.threshold for r in rules])
+    p = np.where(np.median(walsh, axis=-1) > threshold,
+                 signed_rank_cdf(pairs)[np.sum(walsh <= margin, axis=-1)], 1.0)
+    return np.cumprod(np.sort(p, axis=1) <= family_alpha / (f - np.arange(f)), axis=1).sum(axis=1)
+
+
+def pairs_for_share(scatter: np.ndarray, change: float, rules: list[Rule], least: int, most: int, share: float = 0.9,
+                    family_alpha: float = FAMILY_ALPHA) -> int | None:
+    """The fewest confirmation pairs in [least, most] whose `holm_share` reaches `share`; None
+    when even `most` do not (bisection: the share grows with the pairs)."""
+    if holm_share(scatter, change, rules, most, family_alpha) < share:
+        return None
+    while least < most:
+        mid = (least + most) // 2
+        if holm_share(scatter, change, rules, mid, family_alpha) >= share:
+            most = mid
+        else:
+            least = mid + 1
+    return most
