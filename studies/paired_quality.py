@@ -5,7 +5,10 @@ of benchmarks flagged as regressions. With --load, a bounded busy loop on one co
 part of every run (a tenant's load episode). Every run's paired.json is kept under --keep, and
 --from re-analyses kept runs: the verdicts, the wall time of each gate run, and which per-trial
 metric (fastest round, mean wall time, mean CPU time) spreads least between A/A trials, and
-how the spread of the pair medians falls with the trials per pair (what more trials would buy).
+how the spread of the pair medians falls with the trials per pair (what more trials would buy);
+for each slowdown run, the share of its confirmed benchmarks the gate's power statement predicts
+from the screen's scatter of pair medians (and from the confirmation's own) beside the share Holm
+confirmed.
 
     .venv/bin/python studies/paired_quality.py --aa 2 --slow 0.10,0.07 --keep runs/ \
         -- benchmarks/ops -m "torch and forward"
@@ -24,7 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from opbench.regression import intervals as ps
+from opbench.regression.coordinator import Record
 from opbench.regression.intervals import spread
+from opbench.results.stats import Rule
 from opbench.testing.inject import ENV as INJECT
 from opbench.testing.inject import PLUGIN as INJECT_PLUGIN
 
@@ -85,6 +91,29 @@ def injected(group: list[dict]) -> None:
                   f"range {q[0]:.1f} to {q[4]:.1f}) over {len(values)} benchmarks")
 
 
+def power(run: dict, slowdown: float) -> None:
+    """The share of the confirmed benchmarks the gate's power statement predicts (intervals.holm_share
+    at the injected slowdown, on the confirmation's pairs, at this run's false-alarm budget), from the
+    scatter of the screen's pair medians (what the gate knows before its confirmation) and from the
+    confirmation's own (what it met), beside the share Holm confirmed."""
+    plan = run["paired"].get("plan", {})
+    alpha = plan.get("family_alpha", ps.FAMILY_ALPHA) / (plan.get("shard") or (1, 1))[1]
+    recs = [Record(b["id"], trials=b["trials"]) for b in run["paired"]["benchmarks"]
+            if any(t["stage"] == "confirm" for t in b["trials"])]
+    if not recs:
+        return
+    pairs = len({t["pair"] for r in recs for t in r.trials if t["stage"] == "confirm"})
+    caught = sum(b["verdict"] == "regression" for b in run["paired"]["benchmarks"]
+                 if any(t["stage"] == "confirm" for t in b["trials"]))
+    said = []
+    for stage, label in (("screen", "screen"), ("confirm", "confirmation")):
+        scatter = ps.residuals([r.estimate(stage) for r in recs])
+        share = ps.holm_share(scatter, slowdown, [Rule()] * len(recs), pairs, alpha)
+        said.append(f"from the {label}'s scatter ({100 * spread(scatter):.2f}%) {100 * share:.0f}%")
+    print(f"  {Path(run['name']).name}: Holm confirmed {caught} of {len(recs)} ({100 * caught / len(recs):.0f}%) on "
+          f"{pairs} pairs; predicted at {100 * slowdown:g}%: {', '.join(said)}")
+
+
 def analyse(runs: list[dict]) -> None:
     for slowdown in sorted({r["slowdown"] for r in runs}):
         group = [r for r in runs if r["slowdown"] == slowdown]
@@ -102,6 +131,8 @@ def analyse(runs: list[dict]) -> None:
                   f"({100 * caught / max(n, 1):.0f}%) in {len(group)} gate runs; "
                   f"wall {np.mean(walls):.1f} min per gate run")
             injected(group)
+            for r in group:
+                power(r, slowdown)
     aa = [b for r in runs if r["slowdown"] == 0 for b in r["paired"]["benchmarks"] if b["trials"]]
     if aa:
         print("A/A spread of trial log-ratios inside a worker pair (median over benchmarks of 1.4826 MAD):")
