@@ -342,6 +342,24 @@ def test_a_spent_budget_still_confirms_on_the_least_pairs_holm_needs(tmp_path, m
     assert len(confirm) == 9 and gate.records[IDS[1]].verdict == "regression"
 
 
+def test_the_clock_ends_a_confirmation_whose_pairs_run_slower_than_planned(tmp_path, monkeypatch):
+    """The confirmation's pairs are fixed from the screen's pace; when they run slower (each pair
+    10 s here, against a pace of milliseconds), the gate starts no pair that would end past the
+    budget, but never stops before the least pairs Holm needs, and says so."""
+    monkeypatch.setattr(PairedGate, "least_run_s", lambda self, selection, number: -1e9)
+    monkeypatch.setattr(PairedGate, "confirm_pairs", lambda self, flagged: 40)
+    monkeypatch.setattr(PairedGate, "elapsed", lambda self: 10.0 * self.pairs_started)
+    world = {"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}}
+    for budget, pairs in ((300, 21), (100, 9)):  # 9 pairs described and screened by 90 s; 9 the least
+        gate = run_fake(tmp_path, world, budget_s=budget, max_pairs=40)
+        assert len({t["pair"] for t in gate.records[IDS[1]].trials if t["stage"] == "confirm"}) == pairs
+        assert gate.records[IDS[1]].verdict == "regression"
+        assert gate.notes[0].startswith(f"note: the confirmation measured 1 flagged benchmark(s) on {pairs} of the "
+                                        "40 fresh pairs, fixed from the budget left (")
+        assert "its pairs ran slower than the screen's pace, and the next would have ended past the budget" \
+            in gate.notes[0]
+
+
 def test_a_selection_too_large_for_its_budget_is_refused_after_the_first_warm_pair(tmp_path):
     """--budget is a bound: the screen's least pairs and one confirmation, at the pace of the first
     two pairs, do not fit in it, so the gate stops there and says by how much, instead of running

@@ -302,15 +302,32 @@ class PairedGate:
                 break
         flagged = self._affordable(self._flagged())
         count = self.confirm_pairs(flagged) if flagged else 0
+        left, power = max(0.0, self.budget_s - self.elapsed()) / 60, self._power(flagged, count) if flagged else ""
         if flagged:
-            left = max(0.0, self.budget_s - self.elapsed()) / 60
-            self.notes.append(f"note: the confirmation measured {len(flagged)} flagged benchmark(s) on {count} "
-                              f"fresh pairs, fixed from the budget left ({left:.1f} min)" + self._power(flagged, count))
-        for c in range(count):
-            self.stage = ("confirm", c + 1, count)
-            self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
+            self.progress(f"confirm: {len(flagged)} flagged benchmark(s) on {count} fresh pairs{power}")
+        done = self._confirmation(flagged, count)
+        if flagged:
+            cut = ("" if done == count else f" of the {count}")
+            self.notes.append(f"note: the confirmation measured {len(flagged)} flagged benchmark(s) on {done}{cut} "
+                              f"fresh pairs, fixed from the budget left ({left:.1f} min)"
+                              + (cut and ": its pairs ran slower than the screen's pace, and the next would have "
+                                 "ended past the budget") + power)
         self._confirm(flagged)
         self.confirmed = True
+
+    def _confirmation(self, flagged: list[str], count: int) -> int:
+        """The confirmation's pairs: `count`, fewer when the next would end past the budget at the
+        pace measured so far (never fewer than its least). Cutting it short by the clock keeps the
+        false-alarm bound exact: between identical sides a pair's time is both sides' together, the
+        same with the sides swapped, so when the clock stops it says nothing of the signs of the pair
+        medians, on which the signed-rank levels rest."""
+        least = self.least_confirm_pairs(len(flagged))
+        for c in range(count):
+            if c >= least and self.elapsed() + self.pair_s(flagged) > self.budget_s:
+                return c
+            self.stage = ("confirm", c + 1, count)
+            self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
+        return count
 
     def least_run_s(self, selection: list[str], number: int) -> float:
         """The seconds from now to the end of the least run the design allows, at the pace seen: the
