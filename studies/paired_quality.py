@@ -98,13 +98,12 @@ def power(run: dict, slowdown: float) -> None:
     confirmation's own (what it met), beside the share Holm confirmed."""
     plan = run["paired"].get("plan", {})
     alpha = plan.get("family_alpha", ps.FAMILY_ALPHA) / (plan.get("shard") or (1, 1))[1]
-    recs = [Record(b["id"], trials=b["trials"]) for b in run["paired"]["benchmarks"]
-            if any(t["stage"] == "confirm" for t in b["trials"])]
-    if not recs:
+    confirmed = [b for b in run["paired"]["benchmarks"] if any(t["stage"] == "confirm" for t in b["trials"])]
+    if not confirmed:
         return
+    recs = [Record(b["id"], trials=b["trials"]) for b in confirmed]
     pairs = len({t["pair"] for r in recs for t in r.trials if t["stage"] == "confirm"})
-    caught = sum(b["verdict"] == "regression" for b in run["paired"]["benchmarks"]
-                 if any(t["stage"] == "confirm" for t in b["trials"]))
+    caught = sum(b["verdict"] == "regression" for b in confirmed)
     said = []
     for stage, label in (("screen", "screen"), ("confirm", "confirmation")):
         scatter = ps.residuals([r.estimate(stage) for r in recs])

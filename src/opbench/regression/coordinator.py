@@ -302,7 +302,8 @@ class PairedGate:
                 break
         flagged = self._affordable(self._flagged())
         count = self.confirm_pairs(flagged) if flagged else 0
-        left, power = max(0.0, self.budget_s - self.elapsed()) / 60, self._power(flagged, count) if flagged else ""
+        left = max(0.0, self.budget_s - self.elapsed()) / 60
+        power = self._power(flagged, count) if flagged else ""
         if flagged:
             self.progress(f"confirm: {len(flagged)} flagged benchmark(s) on {count} fresh pairs{power}")
         done = self._confirmation(flagged, count)
@@ -444,9 +445,10 @@ class PairedGate:
                 f"of them (pair medians scatter {100 * ps.spread(scatter):.1f}% in the screen)")
         if share >= 0.9:
             return said
-        needed = ps.pairs_for_share(scatter, change, rules, count, max(count, self.plan.max_pairs), 0.9, alpha)
+        most = max(count, self.plan.max_pairs)  # `count` pairs fall short: the search starts above them
+        needed = ps.pairs_for_share(scatter, change, rules, count + 1, most, 0.9, alpha) if most > count else None
         if needed is None:
-            return said + f", and even {max(count, self.plan.max_pairs)} would confirm under 90%"
+            return said + f", and even {most} would confirm under 90%"
         budget = self.elapsed() + needed * self.pair_s(flagged)
         return said + (f"; {needed} pairs would confirm 90%: --budget {math.ceil(budget / 60)}, or a shard of fewer "
                        "benchmarks (--shard K/N with a larger N)")
