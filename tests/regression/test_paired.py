@@ -182,6 +182,11 @@ def test_the_confirmations_power_grows_with_its_pairs_and_falls_with_the_scatter
     assert needed is not None and 24 < needed <= 60
     assert ps.holm_share(wide, 0.07, rules, needed) >= 0.9 > ps.holm_share(wide, 0.07, rules, needed - 1)
     assert ps.pairs_for_share(rng.normal(0, 0.2, 400), 0.07, rules, 24, 60) is None
+    # one change per benchmark: the same changes give the same share, and a half that did not
+    # change is confirmed no more often than a false alarm, so the share halves
+    assert ps.holm_share(wide, np.full(20, 0.07), rules, 40) == shares[-1]
+    half = ps.holm_share(tight, np.repeat([0.07, 0.0], 10), rules, 24)
+    assert 0.5 <= half <= 0.51
     # the scatter is the pair medians about each benchmark's own estimate, pooled
     est = [ps.estimate([np.array([s + v]) for v in tight[:10]]) for s in (0.0, 0.3)]
     assert ps.spread(ps.residuals(est)) == pytest.approx(ps.spread(tight[:10] - np.median(tight[:10])), rel=0.3)

@@ -167,23 +167,24 @@ def residuals(estimates: list[Estimate]) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(1)
 
 
-def holm_share(scatter: np.ndarray, change: float, rules: list[Rule], pairs: int, family_alpha: float = FAMILY_ALPHA,
-               draws: int = 200, seed: int = 0) -> float:
+def holm_share(scatter: np.ndarray, change: float | np.ndarray, rules: list[Rule], pairs: int,
+               family_alpha: float = FAMILY_ALPHA, draws: int = 200, seed: int = 0) -> float:
     """The expected share of the F = len(rules) flagged benchmarks that `holm` confirms on
-    `pairs` fresh pairs when each truly changed by `change` (0.07: 7%) in the screened
-    direction and its pair medians scatter about that shift as `scatter` does (`residuals`),
-    drawn with random signs (symmetric, as between identical sides): simulated over `draws`
-    confirmations, in chunks that bound the memory."""
+    `pairs` fresh pairs when each truly changed by `change` (0.07: 7%; or one change per
+    benchmark) in the screened direction and its pair medians scatter about that shift as
+    `scatter` does (`residuals`), drawn with random signs (symmetric, as between identical
+    sides): simulated over `draws` confirmations, in chunks that bound the memory."""
     rng = np.random.default_rng(seed)
     f = len(rules)
     if f == 0 or pairs < 1:
         return 0.0
+    shift = np.log1p(np.broadcast_to(np.asarray(change, dtype=float), (f,)))[:, None]
     chunk = max(1, 4_000_000 // (f * pairs * (pairs + 1) // 2))
     confirmed = 0
     for start in range(0, draws, chunk):
         d = min(chunk, draws - start)
         signs = rng.choice((-1.0, 1.0), (d, f, pairs))
-        confirmed += int(holm_counts(math.log1p(change) + rng.choice(scatter, (d, f, pairs)) * signs, rules,
+        confirmed += int(holm_counts(shift + rng.choice(scatter, (d, f, pairs)) * signs, rules,
                                      family_alpha).sum())
     return confirmed / (draws * f)
 
