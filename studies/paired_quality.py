@@ -77,11 +77,15 @@ def load_runs(folders: list[Path]) -> list[dict]:
     return runs
 
 
+def shown(benchmark: dict) -> float:
+    """The change a benchmark showed the gate: its median trial ratio, less 1."""
+    return float(np.expm1(np.median([t["log_ratio"] for t in benchmark["trials"]])))
+
+
 def injected(group: list[dict]) -> None:
     """The slowdown the gate saw (each benchmark's median trial ratio) beside the one the
     injection measured when it sized its extra work."""
-    seen = [np.expm1(np.median([t["log_ratio"] for t in b["trials"]]))
-            for r in group for b in r["paired"]["benchmarks"] if b["trials"]]
+    seen = [shown(b) for r in group for b in r["paired"]["benchmarks"] if b["trials"]]
     sized = [b["extra_info"]["injected_measured"] for r in group for b in r.get("candidate", {}).get("benchmarks", [])
              if "injected_measured" in b.get("extra_info", {})]
     for label, values in (("seen by the gate", seen), ("measured at sizing", sized)):
@@ -107,13 +111,13 @@ def power(run: dict, slowdown: float) -> None:
     recs = [Record(b["id"], trials=b["trials"]) for b in confirmed]
     pairs = len({t["pair"] for r in recs for t in r.trials if t["stage"] == "confirm"})
     caught = sum(b["verdict"] == "regression" for b in confirmed)
-    said = []
-    for stage, label in (("screen", "screen"), ("confirm", "confirmation")):
-        scatter = ps.residuals([r.estimate(stage) for r in recs])
-        share = ps.holm_share(scatter, slowdown, [Rule()] * len(recs), pairs, alpha)
-        said.append(f"from the {label}'s scatter ({100 * spread(scatter):.2f}%) {100 * share:.0f}%")
-    seen = np.expm1([np.median([t["log_ratio"] for t in b["trials"]]) for b in confirmed])
-    share = ps.holm_share(scatter, seen, [Rule()] * len(recs), pairs, alpha)
+    rules = [Rule()] * len(recs)
+    scatter = {stage: ps.residuals([r.estimate(stage) for r in recs]) for stage in ("screen", "confirm")}
+    said = [f"from the {label}'s scatter ({100 * spread(scatter[stage]):.2f}%) "
+            f"{100 * ps.holm_share(scatter[stage], slowdown, rules, pairs, alpha):.0f}%"
+            for stage, label in (("screen", "screen"), ("confirm", "confirmation"))]
+    seen = np.array([shown(b) for b in confirmed])
+    share = ps.holm_share(scatter["confirm"], seen, rules, pairs, alpha)
     print(f"  {Path(run['name']).name}: Holm confirmed {caught} of {len(recs)} ({100 * caught / len(recs):.0f}%) on "
           f"{pairs} pairs; predicted at {100 * slowdown:g}%: {', '.join(said)}; at the change each showed "
           f"(median {100 * np.median(seen):.1f}%), from the confirmation's scatter: {100 * share:.0f}%")
