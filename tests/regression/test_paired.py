@@ -187,6 +187,13 @@ def test_the_confirmations_power_grows_with_its_pairs_and_falls_with_the_scatter
     assert ps.holm_share(wide, np.full(20, 0.07), rules, 40) == shares[-1]
     half = ps.holm_share(tight, np.repeat([0.07, 0.0], 10), rules, 24)
     assert 0.5 <= half <= 0.51
+    # one scatter per benchmark: a tight half is always confirmed, and the wide half at least as
+    # often as when every benchmark scatters wide (behind the tight half, Holm's levels for it are
+    # looser), short of all; a list that does not match the benchmarks is refused
+    own = ps.holm_share([tight] * 10 + [wide] * 10, 0.07, rules, 24)
+    assert 0.5 + shares[1] / 2 - 0.03 <= own < 1.0
+    with pytest.raises(ValueError, match="19 scatters for 20 benchmarks"):
+        ps.holm_share([wide] * 19, 0.07, rules, 24)
     # the scatter is the pair medians about each benchmark's own estimate, pooled
     est = [ps.estimate([np.array([s + v]) for v in tight[:10]]) for s in (0.0, 0.3)]
     assert ps.spread(ps.residuals(est)) == pytest.approx(ps.spread(tight[:10] - np.median(tight[:10])), rel=0.3)
@@ -509,30 +516,33 @@ def test_a_crashing_or_hanging_worker_fails_its_benchmark_and_a_fresh_pair_goes_
 
 def test_the_confirmation_says_its_power_and_what_reaches_90_percent(tmp_path):
     """Before the confirmation's first pair, the gate says what its pairs can confirm if each
-    flagged benchmark had changed by 7%, from the scatter of the screen's pair medians; where that
-    is under 90%, the pairs and the budget that reach it."""
+    flagged benchmark had changed by 7%, each from the scatter of its own pair medians in the
+    screen; where that is under 90%, the pairs and the budget that reach it."""
     rng = np.random.default_rng(7)
 
-    def screened(scatter: float) -> PairedGate:
+    def screened(*scatter: float) -> PairedGate:
         gate = _paced(tmp_path, budget_s=1000, elapsed_s=400, flagged=3)
         for k in range(3):
             gate.records[f"id{k}"].trials = [
                 {"stage": "screen", "pair": p, "log_ratio": math.log(1.08) + d, "interfered": False}
-                for p, d in enumerate(rng.normal(0, scatter, 12))]
+                for p, d in enumerate(rng.normal(0, scatter[k % len(scatter)], 12))]
         return gate
 
+    stated = r"; if each had changed by 7%, 24 pairs would confirm about (\d+)% of them " \
+             r"\(each one's pair medians scattering as in the screen: ([\d.]+)% to ([\d.]+)%\)"
     said = screened(0.002)._power(["id0", "id1", "id2"], 24)
-    assert re.fullmatch(r"; if each had changed by 7%, 24 pairs would confirm about 100% of them "
-                        r"\(pair medians scatter 0\.\d% in the screen\)", said)
+    share, low, high = re.fullmatch(stated, said).groups()
+    assert share == "100" and float(high) < 1
     gate = screened(0.06)
     said = gate._power(["id0", "id1", "id2"], 24)
-    share, needed, budget = re.fullmatch(r"; if each had changed by 7%, 24 pairs would confirm about (\d+)% of them "
-                                         r"\(pair medians scatter [\d.]+% in the screen\); (\d+) pairs would "
-                                         r"confirm 90%: --budget (\d+), or a shard of fewer benchmarks "
-                                         r"\(--shard K/N with a larger N\)", said).groups()
+    share, _, _, needed, budget = re.fullmatch(stated + r"; (\d+) pairs would confirm 90%: --budget (\d+), or a shard "
+                                               r"of fewer benchmarks \(--shard K/N with a larger N\)", said).groups()
     assert int(share) < 90 and 24 < int(needed) <= 60
     assert int(budget) == math.ceil((400 + int(needed) * (2 + 3 * 1.0)) / 60)  # now + pairs x the pace
     assert screened(0.5)._power(["id0", "id1", "id2"], 24).endswith(", and even 60 would confirm under 90%")
+    # each benchmark scatters as its own did: two tight ones are confirmed whatever the wide one does
+    share, low, high = re.match(stated, screened(0.002, 0.002, 0.5)._power(["id0", "id1", "id2"], 24)).groups()
+    assert 67 <= int(share) < 90 and float(low) < 1 and float(high) > 10
 
 
 class Noisy(FakeWorker):

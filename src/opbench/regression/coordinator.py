@@ -434,15 +434,20 @@ class PairedGate:
 
     def _power(self, flagged: list[str], count: int) -> str:
         """What `count` confirmation pairs can confirm (intervals.holm_share): the expected share
-        of `flagged` if each had changed by the plan's power_change, its pair medians scattering
-        as the screen's did; and, where that is under 90%, the pairs and budget that reach it.
-        Said before the confirmation's first pair, from the screen's data only."""
+        of `flagged` if each had changed by the plan's power_change, each one's pair medians
+        scattering as its own did in the screen (pooled, every benchmark is lent the widest ones'
+        tails, and on kept runs that predicted further below what Holm confirmed:
+        docs/explanation/paired-gate.md);
+        and, where that is under 90%, the pairs and budget that reach it. Said before the
+        confirmation's first pair, from the screen's data only."""
         rules = [self.rule_for(self.records[i].name) for i in flagged]
-        scatter = ps.residuals([e for i in flagged if (e := self.records[i].estimate("screen")) is not None])
+        scatter = [ps.residuals([e] if (e := self.records[i].estimate("screen")) is not None else []) for i in flagged]
         change, alpha = self.plan.power_change, self.plan.alpha
         share = ps.holm_share(scatter, change, rules, count, alpha)
+        spreads = [100 * ps.spread(s) for s in scatter]
         said = (f"; if each had changed by {100 * change:g}%, {count} pairs would confirm about {100 * share:.0f}% "
-                f"of them (pair medians scatter {100 * ps.spread(scatter):.1f}% in the screen)")
+                f"of them (each one's pair medians scattering as in the screen: {min(spreads):.1f}% to "
+                f"{max(spreads):.1f}%)")
         if share >= 0.9:
             return said
         most = max(count, self.plan.max_pairs)  # `count` pairs fall short: the search starts above them

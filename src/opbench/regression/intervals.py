@@ -167,13 +167,14 @@ def residuals(estimates: list[Estimate]) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(1)
 
 
-def holm_share(scatter: np.ndarray, change: float | np.ndarray, rules: list[Rule], pairs: int,
+def holm_share(scatter: np.ndarray | list[np.ndarray], change: float | np.ndarray, rules: list[Rule], pairs: int,
                family_alpha: float = FAMILY_ALPHA, draws: int = 200, seed: int = 0) -> float:
     """The expected share of the F = len(rules) flagged benchmarks that `holm` confirms on
     `pairs` fresh pairs when each truly changed by `change` (0.07: 7%; or one change per
     benchmark) in the screened direction and its pair medians scatter about that shift as
-    `scatter` does (`residuals`), drawn with random signs (symmetric, as between identical
-    sides): simulated over `draws` confirmations, in chunks that bound the memory."""
+    `scatter` does (`residuals`: one pool for all, or a list of F, one per benchmark), drawn
+    with random signs (symmetric, as between identical sides): simulated over `draws`
+    confirmations, in chunks that bound the memory."""
     rng = np.random.default_rng(seed)
     f = len(rules)
     if f == 0 or pairs < 1:
@@ -184,9 +185,19 @@ def holm_share(scatter: np.ndarray, change: float | np.ndarray, rules: list[Rule
     for start in range(0, draws, chunk):
         d = min(chunk, draws - start)
         signs = rng.choice((-1.0, 1.0), (d, f, pairs))
-        confirmed += int(holm_counts(shift + rng.choice(scatter, (d, f, pairs)) * signs, rules,
+        confirmed += int(holm_counts(shift + _scatter_draws(rng, scatter, d, f, pairs) * signs, rules,
                                      family_alpha).sum())
     return confirmed / (draws * f)
+
+
+def _scatter_draws(rng: np.random.Generator, scatter: np.ndarray | list[np.ndarray], d: int, f: int,
+                   pairs: int) -> np.ndarray:
+    """(d, f, pairs) residuals drawn with replacement: from one pool, or benchmark b from scatter[b]."""
+    if isinstance(scatter, np.ndarray):
+        return rng.choice(scatter, (d, f, pairs))
+    if len(scatter) != f:
+        raise ValueError(f"holm_share: {len(scatter)} scatters for {f} benchmarks")
+    return np.stack([rng.choice(s, (d, pairs)) for s in scatter], axis=1)
 
 
 def holm_counts(medians: np.ndarray, rules: list[Rule], family_alpha: float = FAMILY_ALPHA) -> np.ndarray:
