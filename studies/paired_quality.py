@@ -112,7 +112,8 @@ def power(run: dict, slowdown: float) -> None:
     pairs = len({t["pair"] for r in recs for t in r.trials if t["stage"] == "confirm"})
     caught = sum(b["verdict"] == "regression" for b in confirmed)
     rules = [Rule()] * len(recs)
-    scatter = {stage: ps.residuals([r.estimate(stage) for r in recs]) for stage in ("screen", "confirm")}
+    estimates = {stage: [r.estimate(stage) for r in recs] for stage in ("screen", "confirm")}
+    scatter = {stage: ps.residuals(each) for stage, each in estimates.items()}
     said = [f"from the {label}'s scatter ({100 * spread(scatter[stage]):.2f}%) "
             f"{100 * ps.holm_share(scatter[stage], slowdown, rules, pairs, alpha):.0f}%"
             for stage, label in (("screen", "screen"), ("confirm", "confirmation"))]
@@ -122,7 +123,7 @@ def power(run: dict, slowdown: float) -> None:
           f"{pairs} pairs; predicted at {100 * slowdown:g}%: {', '.join(said)}; at the change each showed "
           f"(median {100 * np.median(seen):.1f}%), from the confirmation's scatter: {100 * share:.0f}%")
     # the same model with each benchmark scattering as its own pair medians did, not as the pool of all
-    own = {stage: [ps.residuals([r.estimate(stage)]) for r in recs] for stage in scatter}
+    own = {stage: [ps.residuals([e]) for e in each] for stage, each in estimates.items()}
     said = [f"{label} {100 * ps.holm_share(own[stage], slowdown, rules, pairs, alpha):.0f}% at {100 * slowdown:g}%, "
             f"{100 * ps.holm_share(own[stage], seen, rules, pairs, alpha):.0f}% at the change each showed"
             for stage, label in (("screen", "from the screen's"), ("confirm", "from the confirmation's"))]

@@ -437,9 +437,8 @@ class PairedGate:
         of `flagged` if each had changed by the plan's power_change, each one's pair medians
         scattering as its own did in the screen (pooled, every benchmark is lent the widest ones'
         tails, and on kept runs that predicted further below what Holm confirmed:
-        docs/explanation/paired-gate.md);
-        and, where that is under 90%, the pairs and budget that reach it. Said before the
-        confirmation's first pair, from the screen's data only."""
+        docs/explanation/paired-gate.md); and, where that is under 90%, the pairs and budget
+        that reach it. Said before the confirmation's first pair, from the screen's data only."""
         rules = [self.rule_for(self.records[i].name) for i in flagged]
         scatter = [ps.residuals([e] if (e := self.records[i].estimate("screen")) is not None else []) for i in flagged]
         change, alpha = self.plan.power_change, self.plan.alpha
