@@ -123,7 +123,7 @@ def power(run: dict, slowdown: float) -> None:
           f"{pairs} pairs; predicted at {100 * slowdown:g}%: {', '.join(said)}; at the change each showed "
           f"(median {100 * np.median(seen):.1f}%), from the confirmation's scatter: {100 * share:.0f}%")
     # the same model with each benchmark scattering as its own pair medians did, not as the pool of all
-    own = {stage: [ps.residuals([e]) for e in each] for stage, each in estimates.items()}
+    own = {stage: ps.each_residuals(each) for stage, each in estimates.items()}
     said = [f"{label} {100 * ps.holm_share(own[stage], slowdown, rules, pairs, alpha):.0f}% at {100 * slowdown:g}%, "
             f"{100 * ps.holm_share(own[stage], seen, rules, pairs, alpha):.0f}% at the change each showed"
             for stage, label in (("screen", "from the screen's"), ("confirm", "from the confirmation's"))]

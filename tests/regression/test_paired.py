@@ -197,6 +197,10 @@ def test_the_confirmations_power_grows_with_its_pairs_and_falls_with_the_scatter
     # the scatter is the pair medians about each benchmark's own estimate, pooled
     est = [ps.estimate([np.array([s + v]) for v in tight[:10]]) for s in (0.0, 0.3)]
     assert ps.spread(ps.residuals(est)) == pytest.approx(ps.spread(tight[:10] - np.median(tight[:10])), rel=0.3)
+    # ... or kept apart, one per benchmark; a benchmark without an estimate scatters as nothing
+    each = ps.each_residuals([est[1], None, est[0]])
+    assert len(each) == 3 and np.array_equal(each[0], ps.residuals([est[1]])) and np.array_equal(each[1], [0.0])
+    assert np.array_equal(each[2], ps.residuals([est[0]]))
 
 
 # --- the coordinator against fake workers ----------------------------------------------------

@@ -440,7 +440,7 @@ class PairedGate:
         docs/explanation/paired-gate.md); and, where that is under 90%, the pairs and budget
         that reach it. Said before the confirmation's first pair, from the screen's data only."""
         rules = [self.rule_for(self.records[i].name) for i in flagged]
-        scatter = [ps.residuals([e] if (e := self.records[i].estimate("screen")) is not None else []) for i in flagged]
+        scatter = ps.each_residuals([self.records[i].estimate("screen") for i in flagged])
         change, alpha = self.plan.power_change, self.plan.alpha
         share = ps.holm_share(scatter, change, rules, count, alpha)
         spreads = [100 * ps.spread(s) for s in scatter]

@@ -167,6 +167,12 @@ def residuals(estimates: list[Estimate]) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(1)
 
 
+def each_residuals(estimates: list[Estimate | None]) -> list[np.ndarray]:
+    """Each benchmark's own `residuals`, for `holm_share`'s per-benchmark scatter; a benchmark
+    without an estimate (or with a single pair) scatters as nothing, so only its shift counts."""
+    return [residuals([e] if e is not None else []) for e in estimates]
+
+
 def holm_share(scatter: np.ndarray | list[np.ndarray], change: float | np.ndarray, rules: list[Rule], pairs: int,
                family_alpha: float = FAMILY_ALPHA, draws: int = 200, seed: int = 0) -> float:
     """The expected share of the F = len(rules) flagged benchmarks that `holm` confirms on
