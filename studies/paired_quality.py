@@ -8,7 +8,10 @@ metric (fastest round, mean wall time, mean CPU time) spreads least between A/A 
 how the spread of the pair medians falls with the trials per pair (what more trials would buy);
 for each slowdown run, the share of its confirmed benchmarks the gate's power statement predicts
 from the screen's scatter of pair medians (and from the confirmation's own) beside the share Holm
-confirmed, and the share predicted at the change each benchmark showed.
+confirmed, and the share predicted at the change each benchmark showed. With --both F, both sides
+carry an injected slowdown F and the candidate its --slow on top, compounded (a control: what the
+injection does beside its own duration then sits on both sides, and the relative change is the
+--slow asked).
 
     .venv/bin/python studies/paired_quality.py --aa 2 --slow 0.10,0.07 --keep runs/ \
         -- benchmarks/ops -m "torch and forward"
@@ -44,13 +47,20 @@ def busy_loop(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+def injections(slowdown: float, both: float) -> list[str]:
+    """opbench ab's options for a relative slowdown of the candidate by `slowdown`, over a
+    slowdown `both` of both sides: the baseline gets `both`, the candidate both compounded."""
+    candidate = (1 + both) * (1 + slowdown) - 1
+    return [*(["--baseline-env", f"{INJECT}={both:.6g}"] if both else []),
+            *(["--candidate-env", f"{INJECT}={candidate:.6g}"] if candidate else [])]
+
+
 def gate_run(a, folder: Path, slowdown: float, seed: int) -> None:
-    """One `opbench ab` run into `folder`, with the slowdown on the candidate only."""
+    """One `opbench ab` run into `folder`, with the slowdown on the candidate (over --both's on both)."""
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "opbench", "ab", "--baseline-python", sys.executable, "--candidate-python",
            sys.executable, "--workdir", str(folder), "--seed", str(seed), *a.gate_args.split(),
-           *(["--candidate-env", f"{INJECT}={slowdown}"] if slowdown else []), "--", "-p", INJECT_PLUGIN,
-           *a.pytest_args]
+           *injections(slowdown, a.both), "--", "-p", INJECT_PLUGIN, *a.pytest_args]
     load = None
     start = time.monotonic()
     if a.load:
@@ -59,9 +69,15 @@ def gate_run(a, folder: Path, slowdown: float, seed: int) -> None:
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     if load is not None:
         load.kill()
-    (folder / "run.json").write_text(json.dumps({"slowdown": slowdown, "exit": code, "load_s": a.load,
-                                                 "wall_s": time.monotonic() - start}))
-    print(f"{folder.name}: slowdown {slowdown:g}, exit {code}, {time.monotonic() - start:.0f} s", flush=True)
+    (folder / "run.json").write_text(json.dumps({"slowdown": slowdown, "both": a.both, "exit": code,
+                                                 "load_s": a.load, "wall_s": time.monotonic() - start}))
+    print(f"{folder.name}: slowdown {slowdown:g}{over(a.both)}, exit {code}, {time.monotonic() - start:.0f} s",
+          flush=True)
+
+
+def over(both: float) -> str:
+    """How a run's label names the slowdown on both sides (nothing when there is none)."""
+    return f" over {100 * both:g}% on both sides" if both else ""
 
 
 def load_runs(folders: list[Path]) -> list[dict]:
@@ -82,13 +98,15 @@ def shown(benchmark: dict) -> float:
     return float(np.expm1(np.median([t["log_ratio"] for t in benchmark["trials"]])))
 
 
-def injected(group: list[dict]) -> None:
+def injected(group: list[dict], both: float = 0.0) -> None:
     """The slowdown the gate saw (each benchmark's median trial ratio) beside the one the
-    injection measured when it sized its extra work."""
+    injection measured when it sized its extra work (the candidate's: over `both`, compounded)."""
     seen = [shown(b) for r in group for b in r["paired"]["benchmarks"] if b["trials"]]
     sized = [b["extra_info"]["injected_measured"] for r in group for b in r.get("candidate", {}).get("benchmarks", [])
              if "injected_measured" in b.get("extra_info", {})]
-    for label, values in (("seen by the gate", seen), ("measured at sizing", sized)):
+    at_sizing = f"measured at sizing (the candidate's {100 * ((1 + both) * (1 + group[0]['slowdown']) - 1):.4g}%)" \
+        if both else "measured at sizing"
+    for label, values in (("seen by the gate", seen), (at_sizing, sized)):
         if values:
             q = np.percentile(100 * np.array(values), [0, 10, 50, 90, 100])
             print(f"  slowdown {label}: median {q[2]:.1f}% (10-90%: {q[1]:.1f} to {q[3]:.1f}; "
@@ -131,22 +149,22 @@ def power(run: dict, slowdown: float) -> None:
 
 
 def analyse(runs: list[dict]) -> None:
-    for slowdown in sorted({r["slowdown"] for r in runs}):
-        group = [r for r in runs if r["slowdown"] == slowdown]
+    for slowdown, both in sorted({(r["slowdown"], r.get("both", 0.0)) for r in runs}):
+        group = [r for r in runs if (r["slowdown"], r.get("both", 0.0)) == (slowdown, both)]
         verdicts = [[b["verdict"] for b in r["paired"]["benchmarks"]] for r in group]
         n = sum(len(v) for v in verdicts)
         walls = [r["wall_s"] / 60 for r in group]
         decided = sum(v in (*FLAGGED, "unchanged") for vs in verdicts for v in vs)
         if slowdown == 0:
             clean = sum(not any(v in FLAGGED for v in vs) for vs in verdicts)
-            print(f"A/A: {clean}/{len(group)} gate runs flag nothing; {decided}/{n} verdicts decided; "
+            print(f"A/A{over(both)}: {clean}/{len(group)} gate runs flag nothing; {decided}/{n} verdicts decided; "
                   f"wall {np.mean(walls):.1f} min per gate run")
         else:
             caught = sum(v == "regression" for vs in verdicts for v in vs)
-            print(f"slowdown {100 * slowdown:g}%: {caught}/{n} flagged as regressions "
+            print(f"slowdown {100 * slowdown:g}%{over(both)}: {caught}/{n} flagged as regressions "
                   f"({100 * caught / max(n, 1):.0f}%) in {len(group)} gate runs; "
                   f"wall {np.mean(walls):.1f} min per gate run")
-            injected(group)
+            injected(group, both)
             for r in group:
                 power(r, slowdown)
     aa = [b for r in runs if r["slowdown"] == 0 for b in r["paired"]["benchmarks"] if b["trials"]]
@@ -215,6 +233,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--aa", type=int, default=2, help="A/A gate runs")
     p.add_argument("--slow", default="0.10,0.07", help="injected slowdowns, one gate run each")
+    p.add_argument("--both", type=float, default=0.0,
+                   help="a slowdown injected on both sides, under the candidate's --slow (a control)")
     p.add_argument("--load", type=float, default=0.0, help="seconds of a one-core busy loop at each run's start")
     p.add_argument("--gate-args", default="", help="extra options for opbench ab, e.g. '--pairs 3 --budget 20'")
     p.add_argument("--keep", type=Path, help="folder for the gate runs")
