@@ -3,6 +3,7 @@ for the report and comparison tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -18,6 +19,15 @@ def load_or_skip(name: str) -> frameworks.Backend:
         return frameworks.load(name)
     except frameworks.Unavailable as exc:
         pytest.skip(str(exc))
+
+def study(name: str):
+    """studies/<name>.py, loaded as a module (the studies are scripts, not a package)."""
+    path = Path(__file__).resolve().parents[1] / "studies" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 _RUN_NUMBER = itertools.count()  # every document a distinct run, as real runs are (their datetime differs)
 

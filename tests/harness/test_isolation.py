@@ -10,6 +10,7 @@ import re
 import pytest
 
 from opbench.harness import isolation
+from tests.helpers import study as study_module
 
 BENCHMARKS = """
 import os, signal
@@ -423,19 +424,8 @@ def test_auto_bounds_a_worker_at_4g_or_half_the_memory():
     assert AUTO_WORKER_RSS == 4 * 2**30 and parse_size("8G", "--worker-max-rss") == 8 * 2**30
 
 
-def _order_study():
-    """studies/isolation_order.py, the study that asks whether a case's figures depend on what ran before it."""
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "studies" / "isolation_order.py"
-    spec = importlib.util.spec_from_file_location("isolation_order", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_order_study_counts_what_chance_alone_puts_outside_the_spread(tmp_path):
-    study = _order_study()
+    study = study_module("isolation_order")  # do a case's figures depend on what ran before it?
     # Runs 1, 1, 1 alone and 2, 2, 2 another way: of the 8 ways to swap the two within each run,
     # only the two that keep the ones together (either way round) leave alone's spread at 1.
     assert study.outside([1.0, 1.0, 1.0], [2.0, 2.0, 2.0])

@@ -1,17 +1,8 @@
 """studies/paired_quality.py's control: a slowdown on both sides, the candidate's on top."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-
-def _study():
-    path = Path(__file__).resolve().parents[2] / "studies" / "paired_quality.py"
-    spec = importlib.util.spec_from_file_location("paired_quality", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import study as study_module
 
 
 def _env(options: list[str]) -> dict[str, float]:
@@ -20,7 +11,7 @@ def _env(options: list[str]) -> dict[str, float]:
 
 
 def test_a_slowdown_on_both_sides_leaves_the_candidate_its_relative_change():
-    study = _study()
+    study = study_module("paired_quality")
     assert study.injections(0.0, 0.0) == []  # A/A: nothing injected
     assert _env(study.injections(0.07, 0.0)) == {"--candidate-env": 0.07}  # the candidate only
     both = _env(study.injections(0.07, 0.07))
