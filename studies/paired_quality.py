@@ -47,10 +47,15 @@ def busy_loop(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+def compounded(slowdown: float, both: float) -> float:
+    """What the candidate's calls carry: `both`, and `slowdown` on top of it."""
+    return (1 + both) * (1 + slowdown) - 1
+
+
 def injections(slowdown: float, both: float) -> list[str]:
     """opbench ab's options for a relative slowdown of the candidate by `slowdown`, over a
     slowdown `both` of both sides: the baseline gets `both`, the candidate both compounded."""
-    candidate = (1 + both) * (1 + slowdown) - 1
+    candidate = compounded(slowdown, both)
     return [*(["--baseline-env", f"{INJECT}={both:.6g}"] if both else []),
             *(["--candidate-env", f"{INJECT}={candidate:.6g}"] if candidate else [])]
 
@@ -104,7 +109,7 @@ def injected(group: list[dict], both: float = 0.0) -> None:
     seen = [shown(b) for r in group for b in r["paired"]["benchmarks"] if b["trials"]]
     sized = [b["extra_info"]["injected_measured"] for r in group for b in r.get("candidate", {}).get("benchmarks", [])
              if "injected_measured" in b.get("extra_info", {})]
-    at_sizing = f"measured at sizing (the candidate's {100 * ((1 + both) * (1 + group[0]['slowdown']) - 1):.4g}%)" \
+    at_sizing = f"measured at sizing (the candidate's {100 * compounded(group[0]['slowdown'], both):.4g}%)" \
         if both else "measured at sizing"
     for label, values in (("seen by the gate", seen), (at_sizing, sized)):
         if values:
@@ -149,8 +154,11 @@ def power(run: dict, slowdown: float) -> None:
 
 
 def analyse(runs: list[dict]) -> None:
-    for slowdown, both in sorted({(r["slowdown"], r.get("both", 0.0)) for r in runs}):
-        group = [r for r in runs if (r["slowdown"], r.get("both", 0.0)) == (slowdown, both)]
+    def injected_as(r: dict) -> tuple[float, float]:
+        return r["slowdown"], r.get("both", 0.0)  # runs kept before --both carry none
+
+    for slowdown, both in sorted({injected_as(r) for r in runs}):
+        group = [r for r in runs if injected_as(r) == (slowdown, both)]
         verdicts = [[b["verdict"] for b in r["paired"]["benchmarks"]] for r in group]
         n = sum(len(v) for v in verdicts)
         walls = [r["wall_s"] / 60 for r in group]

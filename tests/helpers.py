@@ -20,6 +20,7 @@ def load_or_skip(name: str) -> frameworks.Backend:
     except frameworks.Unavailable as exc:
         pytest.skip(str(exc))
 
+
 def study(name: str):
     """studies/<name>.py, loaded as a module (the studies are scripts, not a package)."""
     path = Path(__file__).resolve().parents[1] / "studies" / f"{name}.py"
