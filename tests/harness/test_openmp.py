@@ -68,3 +68,9 @@ def test_each_declared_runtime_is_what_the_framework_maps(framework):
             f"print(openmp.loaded(openmp.RUNTIMES[{framework!r}]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert "libgomp" in out.stdout.strip().splitlines()[-1], out.stdout + out.stderr
+
+
+def test_wait_settings_are_the_set_wait_variables_only():
+    env = {"GOMP_SPINCOUNT": "10000", "KMP_BLOCKTIME": "0", "OMP_NUM_THREADS": "2", "PATH": "/bin"}
+    assert openmp.wait_settings(env) == {"GOMP_SPINCOUNT": "10000", "KMP_BLOCKTIME": "0"}
+    assert openmp.wait_settings({}) == {}

@@ -136,8 +136,9 @@ def test_broken_framework_import_becomes_skip_reason(monkeypatch, tmp_path):
         backends.load("mxnet")
 
 
-def test_header_and_saved_result(suite):
+def test_header_and_saved_result(suite, monkeypatch):
     out = suite.path / "run.json"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")  # how idle OpenMP workers wait is recorded where set
     result = suite.runpytest(
         "--framework", "numpy", "-k", "relu", "--benchmark-json", str(out), "--benchmark-max-time=0.01",
     )
@@ -155,6 +156,7 @@ def test_header_and_saved_result(suite):
     assert info["opbench"]["frameworks"]["numpy"]["version"]
     assert info["opbench"]["threads"] >= 1
     assert info["opbench"]["malloc"].split()[0] in ("steady", "default")  # default where there is no glibc
+    assert info["opbench"]["openmp_wait"]["GOMP_SPINCOUNT"] == "10000"
 
 
 def test_compare_shows_side_by_side_and_verdicts(suite):

@@ -998,3 +998,16 @@ def test_each_side_keeps_its_jax_kernels_and_both_share_the_references_under_the
     monkeypatch.setenv("OPBENCH_REFERENCE_CACHE", "/kept")  # and so does the user's own variable
     assert paired.side_env("baseline", {}, tmp_path)["OPBENCH_REFERENCE_CACHE"] == "/kept"
     assert base["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_both_sides_bound_how_long_idle_openmp_workers_spin_unless_told_otherwise(tmp_path, monkeypatch):
+    """Each side's idle libgomp workers would otherwise spin through the other side's rounds."""
+    from opbench.regression import paired
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    base, cand = (paired.side_env(side, {}, tmp_path) for side in ("baseline", "candidate"))
+    assert base["GOMP_SPINCOUNT"] == cand["GOMP_SPINCOUNT"] == paired.IDLE_SPIN["GOMP_SPINCOUNT"]
+    assert int(paired.IDLE_SPIN["GOMP_SPINCOUNT"]) < 300_000  # libgomp's own default
+    assert paired.side_env("candidate", {"GOMP_SPINCOUNT": "5"}, tmp_path)["GOMP_SPINCOUNT"] == "5"  # a side's entry
+    monkeypatch.setenv("GOMP_SPINCOUNT", "300000")  # and the user's own variable win
+    assert paired.side_env("baseline", {}, tmp_path)["GOMP_SPINCOUNT"] == "300000"

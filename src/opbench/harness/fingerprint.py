@@ -12,7 +12,7 @@ import platform
 from typing import Any
 
 from opbench import frameworks
-from opbench.harness import isa
+from opbench.harness import isa, openmp
 from opbench.harness.config import Settings
 from opbench.harness.roofline import Roofline
 
@@ -62,6 +62,9 @@ def update_machine_info(machine_info: dict, settings: Settings, threads: int, ma
         "profile": settings.profile,
         "malloc": malloc,
     }
+    waits = openmp.wait_settings()
+    if waits:  # how the process's idle OpenMP workers wait (the paired gate's workers bound it)
+        machine_info["opbench"]["openmp_wait"] = waits
     caps = isa.in_force()
     if caps:  # the run measured kernels held below the CPU's own (make test-isa)
         machine_info["opbench"]["isa_caps"] = caps

@@ -21,6 +21,7 @@ frameworks without it means one process per framework (`-m torch`, then `-m mxne
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 # The OpenMP runtime each framework's CPU kernels run on (only frameworks with one; TensorFlow
@@ -30,6 +31,9 @@ RUNTIMES = {"torch": "libgomp", "mxnet": "libgomp"}
 # thread than the main one (MXNet) slows the others most, so it comes last.
 ORDER = ("torch", "mxnet")
 MAPS = Path("/proc/self/maps")
+# The variables that set how an idle OpenMP worker waits, spinning or asleep (the GNU runtime's and
+# the LLVM/Intel one's), which a run records where they are set
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
 def loaded(runtime: str, maps: Path = MAPS) -> list[str]:
@@ -41,6 +45,12 @@ def loaded(runtime: str, maps: Path = MAPS) -> list[str]:
         return []
     paths = (fields[5] for fields in (line.split(maxsplit=5) for line in text.splitlines()) if len(fields) == 6)
     return sorted({path for path in paths if Path(path).name.startswith(runtime)})
+
+
+def wait_settings(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The wait settings this process started with (what the runtimes read as they load), by
+    variable; empty where none is set."""
+    return {name: environ[name] for name in WAIT_VARIABLES if name in environ}
 
 
 def run_order(framework: str | None) -> int:

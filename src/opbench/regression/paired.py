@@ -58,12 +58,27 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
 CACHES = {"OPBENCH_REFERENCE_CACHE": "references"}
 SIDE_CACHES = {"JAX_COMPILATION_CACHE_DIR": "jax"}
 
+# How long an idle GNU OpenMP worker (PyTorch's and MXNet's kernels) spins before it sleeps, in
+# libgomp's turns of its wait loop (GOMP_SPINCOUNT). Its default, 300,000, kept a torch worker's
+# idle thread busy for 10 ms of CPU after each parallel GEMM on a 2-core Zen 5, so in a worker pair
+# each side's idle team spun through the other side's next rounds on the cores it computed on:
+# multi-threaded calls of milliseconds took up to twice as long as with 10,000 (a 1024^3 GEMM 15.8
+# against 11.4 ms), and an injected 7% slowdown was seen as 8.5%, since the candidate's own team
+# fell idle during its extra work and so spun less into the baseline's rounds than the baseline's
+# into its (docs: the paired gate). 10,000 turns stopped within about 0.4 ms there, a fifth of a
+# timed round, still far longer than the gaps between parallel regions inside one call; telling
+# libgomp to sleep at once (OMP_WAIT_POLICY=passive) made short calls up to twice as slow instead.
+# A variable the user set wins.
+IDLE_SPIN = {"GOMP_SPINCOUNT": "10000"}
+
 
 def side_env(side: str, env: Mapping[str, str], workdir: Path) -> dict[str, str]:
     """The environment of one side's workers: this process's, its own entries (--baseline-env,
-    --candidate-env), and the caches above where neither names them."""
+    --candidate-env), and the caches above and the bounded OpenMP spin where neither names them."""
     caches = Path(workdir).resolve() / "caches"
     out = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env}
+    for name, value in IDLE_SPIN.items():
+        out.setdefault(name, value)
     for name, folder in CACHES.items():
         out.setdefault(name, str(caches / folder))
     for name, folder in SIDE_CACHES.items():
