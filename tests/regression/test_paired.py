@@ -1002,12 +1002,15 @@ def test_each_side_keeps_its_jax_kernels_and_both_share_the_references_under_the
 
 def test_both_sides_bound_how_long_idle_openmp_workers_spin_unless_told_otherwise(tmp_path, monkeypatch):
     """Each side's idle libgomp workers would otherwise spin through the other side's rounds."""
+    from opbench.harness import openmp
     from opbench.regression import paired
 
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    for name in openmp.WAIT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     base, cand = (paired.side_env(side, {}, tmp_path) for side in ("baseline", "candidate"))
     assert base["GOMP_SPINCOUNT"] == cand["GOMP_SPINCOUNT"] == paired.IDLE_SPIN["GOMP_SPINCOUNT"]
     assert int(paired.IDLE_SPIN["GOMP_SPINCOUNT"]) < 300_000  # libgomp's own default
     assert paired.side_env("candidate", {"GOMP_SPINCOUNT": "5"}, tmp_path)["GOMP_SPINCOUNT"] == "5"  # a side's entry
+    assert "GOMP_SPINCOUNT" not in paired.side_env("candidate", {"OMP_WAIT_POLICY": "active"}, tmp_path)  # any wait
     monkeypatch.setenv("GOMP_SPINCOUNT", "300000")  # and the user's own variable win
     assert paired.side_env("baseline", {}, tmp_path)["GOMP_SPINCOUNT"] == "300000"

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from opbench.harness import openmp
 from opbench.regression import decisions
 from opbench.regression import intervals as ps
 from opbench.regression.coordinator import SIDES, OverBudget, PairedGate, Plan, Side
@@ -60,25 +61,26 @@ SIDE_CACHES = {"JAX_COMPILATION_CACHE_DIR": "jax"}
 
 # How long an idle GNU OpenMP worker (PyTorch's and MXNet's kernels) spins before it sleeps, in
 # libgomp's turns of its wait loop (GOMP_SPINCOUNT). Its default, 300,000, kept a torch worker's
-# idle thread busy for 10 ms of CPU after each parallel GEMM on a 2-core Zen 5, so in a worker pair
+# idle thread busy for about 10 ms of CPU after a parallel GEMM on a 2-core Zen 5, so in a worker pair
 # each side's idle team spun through the other side's next rounds on the cores it computed on:
-# multi-threaded calls of milliseconds took up to twice as long as with 10,000 (a 1024^3 GEMM 15.8
-# against 11.4 ms), and an injected 7% slowdown was seen as 8.5%, since the candidate's own team
+# calls of a millisecond and more took 3-20% longer than with 10,000 (an eager 1024^3 GEMM 13.1
+# against 11.5 ms), and an injected 7% slowdown was seen as 8.3-8.5%, since the candidate's own team
 # fell idle during its extra work and so spun less into the baseline's rounds than the baseline's
-# into its (docs: the paired gate). 10,000 turns stopped within about 0.4 ms there, a fifth of a
+# into its (docs: the paired gate). 10,000 turns stopped within about 0.35 ms there, a sixth of a
 # timed round, still far longer than the gaps between parallel regions inside one call; telling
-# libgomp to sleep at once (OMP_WAIT_POLICY=passive) made short calls up to twice as slow instead.
-# A variable the user set wins.
+# libgomp to sleep at once (OMP_WAIT_POLICY=passive) made calls up to three times as slow instead.
+# Where the user or a side's entry sets how idle OpenMP workers wait (any of openmp.WAIT_VARIABLES),
+# that setting stands alone.
 IDLE_SPIN = {"GOMP_SPINCOUNT": "10000"}
 
 
 def side_env(side: str, env: Mapping[str, str], workdir: Path) -> dict[str, str]:
     """The environment of one side's workers: this process's, its own entries (--baseline-env,
-    --candidate-env), and the caches above and the bounded OpenMP spin where neither names them."""
+    --candidate-env), and the caches above and the bounded OpenMP spin where neither sets them."""
     caches = Path(workdir).resolve() / "caches"
     out = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env}
-    for name, value in IDLE_SPIN.items():
-        out.setdefault(name, value)
+    if not openmp.wait_settings(out):
+        out.update(IDLE_SPIN)
     for name, folder in CACHES.items():
         out.setdefault(name, str(caches / folder))
     for name, folder in SIDE_CACHES.items():
