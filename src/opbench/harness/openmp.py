@@ -48,8 +48,9 @@ def loaded(runtime: str, maps: Path = MAPS) -> list[str]:
 
 
 def wait_settings(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The wait settings this process started with (what the runtimes read as they load), by
-    variable; empty where none is set."""
+    """The wait settings in `environ`, by variable; empty where none is set. By default this
+    process's, which its runtimes read as they load; the paired gate asks it of a worker's
+    environment before the worker starts."""
     return {name: environ[name] for name in WAIT_VARIABLES if name in environ}
 
 
