@@ -361,13 +361,16 @@ def test_a_spent_budget_still_confirms_on_the_least_pairs_holm_needs(tmp_path, m
 def test_the_clock_ends_a_confirmation_whose_pairs_run_slower_than_planned(tmp_path, monkeypatch):
     """The confirmation's pairs are fixed from the screen's pace; when they run slower (each pair
     10 s here, against a pace of milliseconds), the gate starts no pair that would end past the
-    budget, but never stops before the least pairs Holm needs, and says so."""
+    budget, even under the plan's minimum of pairs, but never under the least Holm needs (the 5 pairs
+    a 90% interval needs, plus 4), and says so."""
     monkeypatch.setattr(PairedGate, "least_run_s", lambda self, selection, number: -1e9)
     monkeypatch.setattr(PairedGate, "confirm_pairs", lambda self, flagged: 40)
     monkeypatch.setattr(PairedGate, "elapsed", lambda self: 10.0 * self.pairs_started)
     world = {"baseline": {}, "candidate": {"time": {IDS[1]: 1.2e-3}}}
-    for budget, pairs in ((300, 21), (100, 9)):  # 9 pairs described and screened by 90 s; 9 the least
-        gate = run_fake(tmp_path, world, budget_s=budget, max_pairs=40)
+    # 9 pairs described and screened by 90 s; the plan reserves 8 or 20 confirmation pairs
+    for budget, least, pairs in ((300, 8, 21), (100, 8, 9), (200, 20, 11), (100, 20, 9)):
+        gate = run_fake(tmp_path, world, budget_s=budget, max_pairs=40, confirm_pairs=least)
+        assert gate.least_confirm_pairs(1) == max(least, 9) and gate.holm_floor(1) == 9
         assert len({t["pair"] for t in gate.records[IDS[1]].trials if t["stage"] == "confirm"}) == pairs
         assert gate.records[IDS[1]].verdict == "regression"
         assert gate.notes[0].startswith(f"note: the confirmation measured 1 flagged benchmark(s) on {pairs} of the "

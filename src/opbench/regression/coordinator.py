@@ -318,13 +318,14 @@ class PairedGate:
 
     def _confirmation(self, flagged: list[str], count: int) -> int:
         """The confirmation's pairs: `count`, fewer when the next would end past the budget at the
-        pace measured so far (never fewer than its least). Cutting it short by the clock keeps the
-        false-alarm bound exact: between identical sides a pair's time is both sides' together, the
-        same with the sides swapped, so when the clock stops it says nothing of the signs of the pair
-        medians, on which the signed-rank levels rest."""
-        least = self.least_confirm_pairs(len(flagged))
+        pace measured so far, even under the plan's minimum (its pairs can run slower than the
+        screen's pace that reserved it), never under `holm_floor`. Cutting it short by the clock
+        keeps the false-alarm bound exact: between identical sides a pair's time is both sides'
+        together, the same with the sides swapped, so when the clock stops it says nothing of the
+        signs of the pair medians, on which the signed-rank levels rest."""
+        floor = self.holm_floor(len(flagged))
         for c in range(count):
-            if c >= least and self.elapsed() + self.pair_s(flagged) > self.budget_s:
+            if c >= floor and self.elapsed() + self.pair_s(flagged) > self.budget_s:
                 return c
             self.stage = ("confirm", c + 1, count)
             self._sweep(self.new_pair(), flagged, "confirm", c + 1).close()
@@ -392,7 +393,8 @@ class PairedGate:
             f"  stage 1, screen: every benchmark on {p.min_pairs} fresh worker pairs, {p.trials} paired trials "
             f"each; an undecided one on more, up to {p.max_pairs}, while the budget lasts",
             f"  stage 2, confirm: the benchmarks the screen flags, again on at least "
-            f"{self.least_confirm_pairs(1)} fresh pairs, a change standing only at Holm's levels",
+            f"{self.least_confirm_pairs(1)} fresh pairs (fewer only where they would end past the budget), "
+            "a change standing only at Holm's levels",
             f"  budget: {self.budget_s / 60:.1f} min for both stages; the time to go is estimated from the pace "
             "of the first pair on",
         ]
@@ -417,10 +419,15 @@ class PairedGate:
         return [i for i, r in self.records.items() if r.verdict in ("regression", "improvement")]
 
     def least_confirm_pairs(self, flagged: int) -> int:
-        """The confirmation's minimum: the plan's, and at least four more than the signed-rank
-        interval needs to reach Holm's strictest level over `flagged` benchmarks at all."""
-        strictest = ps.confirm_confidence(flagged, self.plan.alpha)
-        return max(self.plan.confirm_pairs, ps.min_pairs(strictest) + 4)
+        """The confirmation's minimum, which the plan reserves: the plan's, and at least
+        `holm_floor`."""
+        return max(self.plan.confirm_pairs, self.holm_floor(flagged))
+
+    def holm_floor(self, flagged: int) -> int:
+        """Four more pairs than the signed-rank interval needs to reach Holm's strictest level over
+        `flagged` benchmarks at all (16 for 22 at a sixth of 5%): the fewest the clock may leave a
+        confirmation whose pairs ran slower than the pace that reserved its minimum."""
+        return ps.min_pairs(ps.confirm_confidence(flagged, self.plan.alpha)) + 4
 
     def confirm_pairs(self, flagged: list[str]) -> int:
         """Fresh pairs for the confirmation of `flagged` benchmarks: as many as the budget left
