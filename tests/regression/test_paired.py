@@ -244,6 +244,10 @@ class FakeWorker:
             if i in w.get("die", ()):
                 raise WorkerDied(f"the {self.side} worker died (killed by signal 11)")
             outcome = w.get("outcomes", {}).get(i, "ready")
+            seen = w.setdefault("prepared", {})  # `wrong_on`: the k-th prepares of an id, over all pairs, are wrong
+            seen[i] = seen.get(i, 0) + 1
+            if seen[i] in w.get("wrong_on", {}).get(i, ()):
+                outcome = "wrong"
             self.current = i
             return {"ok": True, "outcome": outcome, "message": f"{outcome} here", "name": i.split("::")[1],
                     "group": "relu", "extra_info": {"framework": "fake", "max_abs_err": 1e-7},
@@ -501,14 +505,47 @@ def test_a_known_issue_is_timed_on_both_sides_and_judged_by_what_each_side_showe
 
     grew = decisions.comparison(run_fake(tmp_path, {"baseline": both, "candidate": {"outcomes": {IDS[0]: "wrong"}}}))
     assert grew.failed and not grew.broken and len(grew.rows) == 2
-    assert grew.worse == [f"{IDS[0]}: baseline: passes (max abs error 1e-07), {GELU_OFF}; candidate: wrong here"]
+    assert re.fullmatch(rf"{re.escape(IDS[0])}: baseline: passes \(max abs error 1e-07\), {re.escape(GELU_OFF)}; "
+                        r"candidate: wrong here \(pair \d+\); again on a fresh pair \d+: the same", grew.worse[0])
     assert "CORRECTNESS CHANGE: worse in the candidate (1)" in format_text(grew)
 
     mended = decisions.comparison(run_fake(tmp_path, {"baseline": {"outcomes": {IDS[0]: "wrong"}}, "candidate": {}}))
-    assert not mended.failed and mended.fixed == [f"{IDS[0]}: baseline: wrong here; candidate: passes (max abs "
-                                                  "error 1e-07)"]
+    assert not mended.failed and mended.fixed[0].startswith(f"{IDS[0]}: baseline: wrong here; candidate: passes "
+                                                            "(max abs error 1e-07) (pair ")
     both_wrong = {"outcomes": {IDS[0]: "wrong"}}
     assert decisions.comparison(run_fake(tmp_path, {"baseline": both_wrong, "candidate": both_wrong})).broken
+
+
+def test_a_one_sided_check_failure_is_verified_again_on_a_fresh_pair(tmp_path):
+    """A check that fails on one side only is repeated on a fresh pair (each side's first call and
+    the call after a short burst) before it is reported. Repeated, it is the correctness change it
+    looked like; not repeated on the baseline, it is intermittent: not a fix, not timed, not failing
+    the gate; not repeated on the candidate, it is still worse (a wrong result once fails the gate)."""
+    repeated = run_fake(tmp_path, {"baseline": {"outcomes": {IDS[0]: "wrong"}}, "candidate": {}})
+    mended = decisions.comparison(repeated)
+    assert not mended.failed and len(mended.fixed) == 1 and not mended.intermittent
+    assert re.fullmatch(rf"{re.escape(IDS[0])}: baseline: wrong here; candidate: passes \(max abs error 1e-07\) "
+                        r"\(pair \d+\); again on a fresh pair \d+: the same", mended.fixed[0])
+
+    once = run_fake(tmp_path, {"baseline": {"wrong_on": {IDS[0]: {1}}}, "candidate": {}})
+    result = decisions.comparison(once)
+    assert not result.failed and not result.fixed and not result.broken and len(result.rows) == 2
+    assert re.fullmatch(rf"{re.escape(IDS[0])}: baseline: wrong here; candidate: passes \(max abs error 1e-07\) "
+                        r"\(pair \d+\); a fresh pair \d+: baseline: passes \(max abs error 1e-07\); candidate: "
+                        r"passes \(max abs error 1e-07\)", result.intermittent[0])
+    assert once.records[IDS[0]].kind == "intermittent" and not once.records[IDS[0]].trials  # never timed
+    text = format_text(result)
+    assert "intermittent on the baseline (1)" in text and "1 intermittent on the baseline" in text
+    fresh = FakeWorker.started[4:6]  # pairs: the one that described, the one that failed, the fresh one
+    assert [w.asked for w in fresh] == [["collect", "threads", "prepare", "burst", "check", "release"]] * 2
+
+    cand = decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": {"wrong_on": {IDS[0]: {1}}}}))
+    assert cand.failed and cand.worse[0].startswith(f"{IDS[0]}: intermittent: baseline: passes")
+    assert "; a fresh pair " in cand.worse[0] and not cand.intermittent
+
+    spread = run_fake(tmp_path, {"baseline": {"wrong_on": {IDS[0]: {1}}}, "candidate": {"wrong_on": {IDS[0]: {2}}}})
+    both = decisions.comparison(spread)  # wrong on the baseline first, then on the candidate: wrong on both sides
+    assert both.broken and not both.fixed and not both.worse and "on a fresh pair" in both.broken[0]
 
 
 @pytest.mark.parametrize("fault", ["die", "hang"])
@@ -938,7 +975,8 @@ def test_the_summary_counts_the_pairs_the_table_counts(tmp_path):
     result = decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": {}}))
     assert {r.samples for r in result.rows} == {"8x4"}
     assert any(w.startswith("paired design: 8 worker pairs timed the screen and 0 the confirmation (1 more only "
-                            "collected the selection or replaced a failed pair)") for w in result.warnings)
+                            "collected the selection, replaced a failed pair or verified a one-sided check failure "
+                            "again)") for w in result.warnings)
 
 
 def test_an_interrupted_gate_keeps_what_it_decided_marked_incomplete(tmp_path, monkeypatch):
@@ -979,7 +1017,9 @@ def test_a_call_that_goes_wrong_after_the_bursts_is_a_correctness_change_not_a_t
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {"after": {IDS[1]: "wrong"}}})
     result = decisions.comparison(gate)
     assert result.failed and not result.broken and len(result.rows) == 2
-    assert result.worse == [f"{IDS[1]}: baseline: passes; candidate: after its bursts, wrong once warm"]
+    assert re.fullmatch(rf"{re.escape(IDS[1])}: baseline: passes; candidate: after its bursts, wrong once warm "
+                        r"\(pair \d+\); again on a fresh pair \d+: baseline: passes \(max abs error 1e-07\); "
+                        "candidate: after its bursts, wrong once warm", result.worse[0])
     for w in (w for w in FakeWorker.started if "burst" in w.asked):  # every benchmark timed is checked after its
         pairs = list(zip(w.asked, w.asked[1:], strict=False))  # last burst, before its release
         assert ("burst", "release") not in pairs and ("burst", "check") in pairs

@@ -15,6 +15,8 @@ screen's extension stops where the rest would no longer pay for the confirmation
 over the benchmarks flagged so far, and the confirmation's number of pairs is fixed before its
 first pair from what is left, at the pace measured (never from the confirmation's own data). A worker that
 crashes, hangs or fails a check fails that benchmark (and the gate); a fresh pair takes over for the rest.
+A check that fails on one side only is verified again on a fresh pair before it is reported: repeated,
+it is a correctness change of the framework; not repeated, it is said as intermittent.
 """
 
 from __future__ import annotations
@@ -95,7 +97,9 @@ class Record:
     extra: dict[str, dict] = field(default_factory=dict)  # side -> extra_info
     trials: list[dict] = field(default_factory=list)
     problem: str = ""  # why it has no verdict
-    kind: str = ""  # "" | failed | missing | new | skipped | worse | fixed (a check that fails on one side only)
+    # "" | failed | missing | new | skipped | worse | fixed (a check that fails on one side only, the candidate's
+    # or the baseline's) | intermittent (the baseline's check failed once and passed on a fresh pair)
+    kind: str = ""
     known: dict[str, str] = field(default_factory=dict)  # side -> the known issue its result showed ("" none)
     verdict: str = ""
     level: float = 0.0  # the confidence of the interval to report (0: the plan's)
@@ -554,7 +558,8 @@ class PairedGate:
                 errors = (f"{side}: {reply.get('error')}" for side, reply in checked.items() if not reply.get("ok"))
                 self._set(i, "failed", "; ".join(errors))
             elif any(reply.get("outcome") == "wrong" for reply in checked.values()):
-                self._correctness(i, {s: {**checked[s], "extra_info": {}, "known": rec.known.get(s)} for s in SIDES})
+                self._correctness(pair, i, {s: {**checked[s], "extra_info": {}, "known": rec.known.get(s)}
+                                            for s in SIDES})
             else:  # a known issue the first call did not show, shown warm: judged as if shown at prepare
                 for side, reply in checked.items():
                     if reply.get("known") and not rec.known.get(side):
@@ -576,7 +581,7 @@ class PairedGate:
             side = next(s for s in SIDES if outcomes[s] == "failed")
             self._set(i, "failed", f"failed on the {side}: {ready[side]['message']}")
         elif "wrong" in outcomes.values():
-            self._correctness(i, ready)
+            self._correctness(pair, i, ready)
         elif outcomes["candidate"] != "ready":
             kind = "skipped" if outcomes["baseline"] != "ready" else "missing"
             self._set(i, kind, f"{outcomes['candidate']} on the candidate: {ready['candidate']['message']}")
@@ -589,27 +594,72 @@ class PairedGate:
             rec.known = {s: ready[s].get("known") or "" for s in SIDES}
         return not self.records[i].kind
 
-    def _correctness(self, i: str, ready: dict[str, dict]) -> None:
+    def _correctness(self, pair: Pair, i: str, ready: dict[str, dict]) -> None:
         """A check that failed on one side, or on both: what the framework computes changed, or is
-        wrong on both sides. Either way the benchmark is not timed; the record says both sides'."""
-        def said(side: str) -> str:
-            reply = ready[side]
-            if reply["outcome"] == "wrong":
-                return f"{side}: {reply['message']}"
-            if reply["outcome"] != "ready":
-                return f"{side}: {reply['outcome']} ({reply.get('message', '')})"
-            err = reply.get("extra_info", {}).get("max_abs_err")
-            return (f"{side}: passes" + (f" (max abs error {err:.3g})" if err is not None else "")
-                    + (f", {reply['known']}" if reply.get("known") else ""))
-
+        wrong on both sides. Either way the benchmark is not timed; the record says both sides'.
+        A failure on one side only is verified again on a fresh pair first (`_reverify`)."""
         wrong = [s for s in SIDES if ready[s]["outcome"] == "wrong"]
-        if wrong == ["candidate"] and ready["baseline"]["outcome"] == "ready":
-            kind = "worse"  # the candidate computes what the baseline's check passed, and fails it
-        elif wrong == ["baseline"] and ready["candidate"]["outcome"] == "ready":
-            kind = "fixed"
+        other = {"baseline": "candidate", "candidate": "baseline"}
+        said = "; ".join(_said(s, ready[s]) for s in SIDES)
+        if len(wrong) == 1 and ready[other[wrong[0]]]["outcome"] == "ready":
+            self._set(i, *self._reverify(i, wrong[0], said, pair.number))
         else:
-            kind = "failed"
-        self._set(i, kind, "; ".join(said(s) for s in SIDES))
+            self._set(i, "failed", f"{said} (pair {pair.number})")
+
+    def _reverify(self, i: str, side: str, first: str, number: int) -> tuple[str, str]:
+        """(kind, problem) of a check that failed on `side` only (`first` says how), from the same
+        benchmark on a fresh pair: each side's first call, then the call after a short burst, as a
+        timed turn checks them. Failing again on `side` alone, it is a correctness change: worse
+        (the candidate's) or fixed (the baseline's). Passing on both, it is intermittent, and both
+        sides' framework code and inputs were the same: on the candidate still worse (a wrong
+        result is never excused by a right one later), on the baseline `intermittent`, which is no
+        fix (the candidate passed a few checks, the baseline most) and does not fail the gate. Either
+        way the benchmark is not timed: a path that was wrong once is not verified."""
+        kind = "worse" if side == "candidate" else "fixed"
+        first = f"{first} (pair {number})"
+        try:
+            fresh = self.new_pair()
+            try:
+                again = self._verify(fresh, i)
+            finally:
+                fresh.close()
+        except WorkerFailure as exc:
+            return kind, f"{first}; not verified again on a fresh pair: {exc}"
+        text = "; ".join(_said(s, again[s]) for s in SIDES)
+        said = f"pair {fresh.number}: " + ("the same" if first.startswith(f"{text} (") else text)
+        outcomes = {s: again[s]["outcome"] for s in SIDES}
+        if outcomes[side] == "wrong" and list(outcomes.values()).count("wrong") == 1:
+            return kind, f"{first}; again on a fresh {said}"
+        if "wrong" in outcomes.values():
+            return "failed", f"{first}; on a fresh {said}"
+        if set(outcomes.values()) != {"ready"}:
+            return kind, f"{first}; not verified again on a fresh {said}"
+        if side == "candidate":
+            return "worse", f"intermittent: {first}; a fresh {said}"
+        return "intermittent", f"{first}; a fresh {said}"
+
+    def _verify(self, pair: Pair, i: str) -> dict[str, dict]:
+        """Each side's check of benchmark `i` on `pair`: its prepare (the first call's check), then,
+        where both are ready, the check of the call after a short burst; nothing is timed or kept.
+        A side whose worker answered with an error says outcome 'failed'."""
+        def failed(reply: dict) -> dict:
+            return {"outcome": "failed", "message": reply.get("error")}
+
+        for side in SIDES:
+            pair.ask(side, {"cmd": "threads", "id": i}, self.plan.timeout_s)
+        said = {s: r if r.get("ok") else failed(r)
+                for s, r in pair.ask_each({"cmd": "prepare", "id": i}, self.plan.timeout_s).items()}
+        if all(reply["outcome"] == "ready" for reply in said.values()):
+            for side in SIDES:
+                reply = pair.ask(side, {"cmd": "burst", "loops": 1, "rounds": 3}, self.plan.timeout_s)
+                if not reply.get("ok"):
+                    said[side] = failed(reply)
+            if all(reply["outcome"] == "ready" for reply in said.values()):
+                for side, reply in pair.ask_each({"cmd": "check"}, self.plan.timeout_s).items():
+                    if not reply.get("ok") or reply.get("outcome") == "wrong":
+                        said[side] = {**reply, "extra_info": {}} if reply.get("ok") else failed(reply)
+        pair.ask_both({"cmd": "release"}, self.plan.timeout_s)
+        return said
 
     def _trial(self, pair: Pair, i: str, loops: int, rounds: int, timeout: float) -> dict | None:
         """`rounds` alternations of one timed round on each side, in a random order each time, so
@@ -655,6 +705,17 @@ class PairedGate:
         of = f"{number} of {planned}" + ("+" if stage == "screen" and number >= planned else "")
         self.progress(f"[{stage} pair {of} | {done}/{total}] {rec.name or i}: {state} | {so_far} | "
                       f"{self.elapsed() / 60:.1f} min in, about {self.to_go_s(left_in_pair) / 60:.1f} min to go")
+
+
+def _said(side: str, reply: dict) -> str:
+    """One side's check of a benchmark, as a correctness verdict quotes it."""
+    if reply["outcome"] == "wrong":
+        return f"{side}: {reply['message']}"
+    if reply["outcome"] != "ready":
+        return f"{side}: {reply['outcome']} ({reply.get('message', '')})"
+    err = reply.get("extra_info", {}).get("max_abs_err")
+    return (f"{side}: passes" + (f" (max abs error {err:.3g})" if err is not None else "")
+            + (f", {reply['known']}" if reply.get("known") else ""))
 
 
 def trial_record(rounds_of: dict[str, list[dict]]) -> dict:

@@ -114,7 +114,8 @@ def comparison(gate: PairedGate) -> Comparison:
         confidence=gate.plan.confidence, broken=[f"{r.id}: {r.problem}" for r in compared if r.kind == "failed"],
         skipped=[f"{r.id}: {r.problem}" for r in compared if r.kind == "skipped"],
         worse=[f"{r.id}: {r.problem}" for r in compared if r.kind == "worse"],
-        fixed=[f"{r.id}: {r.problem}" for r in compared if r.kind == "fixed"])
+        fixed=[f"{r.id}: {r.problem}" for r in compared if r.kind == "fixed"],
+        intermittent=[f"{r.id}: {r.problem}" for r in compared if r.kind == "intermittent"])
     for r in compared:
         if not r.kind:
             _known_issue(r, result)
@@ -128,7 +129,8 @@ def comparison(gate: PairedGate) -> Comparison:
     result.warnings += [
         *gate.notes,
         f"paired design: {timed['screen']} worker pairs timed the screen and {timed['confirm']} the confirmation"
-        + (f" ({others} more only collected the selection or replaced a failed pair)" if others else "")
+        + (f" ({others} more only collected the selection, replaced a failed pair or verified a "
+           "one-sided check failure again)" if others else "")
         + f"; {flagged} benchmark(s) flagged by the "
         f"{100 * gate.plan.confidence:g}% screen were re-measured on fresh pairs and a change stands only in the "
         f"screen's direction at Holm's step-down levels (one-sided; the interval shown is two-sided, "

@@ -80,6 +80,8 @@ class Comparison:
     worse: list[str] = field(default_factory=list)
     fixed: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)  # timed with a known issue on both sides
+    # a check the baseline failed once and passed on a fresh pair, which the candidate passed: no timing, no fix
+    intermittent: list[str] = field(default_factory=list)
     fail_on_noisy: bool = False  # an undecided benchmark fails the gate too
     single_run: float | None = None  # the threshold gate asked for one run per side, if any
     fail_on_busy: bool = False  # a benchmark timed on a busy machine on either side fails the gate
@@ -255,6 +257,10 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
     if c.fixed:
         lines += ["", f"correctness change: fixed in the candidate ({len(c.fixed)}): a check or known issue the "
                   "baseline failed and the candidate passes"] + [f"  {m}" for m in c.fixed]
+    if c.intermittent:
+        lines += ["", f"intermittent on the baseline ({len(c.intermittent)}): a check the baseline failed once and "
+                  "passed on a fresh pair, and the candidate passed; not timed, no fix, does not fail the gate"]
+        lines += [f"  {m}" for m in c.intermittent]
     if c.known:
         lines += ["", f"known issue on both sides ({len(c.known)}): timed on both, as the same call"]
         lines += [f"  {m}" for m in c.known]
@@ -274,6 +280,7 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
               + (f", {len(c.broken)} failed" if c.broken else "")
               + (f", {len(c.worse)} worse in correctness" if c.worse else "")
               + (f", {len(c.fixed)} fixed in correctness" if c.fixed else "")
+              + (f", {len(c.intermittent)} intermittent on the baseline" if c.intermittent else "")
               + (f", {c.count(NO_INTERVAL)} without a verdict (one run per side)" if c.count(NO_INTERVAL) else "")
               + (f", {sum(1 for r in c.rows if r.busy)} on busy data" if any(r.busy for r in c.rows) else "")]
     if c.fail_on_busy and any(r.busy for r in c.rows):
