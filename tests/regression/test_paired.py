@@ -256,9 +256,15 @@ class FakeWorker:
             if self.current in w.get("hang", ()):
                 raise WorkerHung(f"the {self.side} worker did not answer 'burst' within {timeout:.0f} s")
             t = w.get("time", {}).get(self.current, 1e-3)
+            # `faults`: id -> (page faults a call, the share of workers, by the order they started, whose calls fault)
+            per_call, share = w.get("faults", {}).get(self.current, (0.0, 0.0))
+            if len(FakeWorker.started) % 10 < 10 * share:
+                t = 3 * t  # a call that faults its output in is slower
+            else:
+                per_call = 0.0
             times = list(t * np.exp(self.rng.normal(0, 0.005, request["rounds"])))
             return {"ok": True, "times": times, "wall": sum(times), "cpu_per_call": t, "wall_per_call": t,
-                    "steal": 0, "switches": 0}
+                    "steal": 0, "switches": 0, "faults_per_call": per_call}
         if cmd == "check":  # the call after the bursts: wrong where `after` says so, known where `known_after` does
             outcome = w.get("after", {}).get(self.current, "ready")
             return {"ok": True, "outcome": outcome, "message": f"after its bursts, {outcome} once warm",
@@ -546,6 +552,27 @@ def test_a_one_sided_check_failure_is_verified_again_on_a_fresh_pair(tmp_path):
     spread = run_fake(tmp_path, {"baseline": {"wrong_on": {IDS[0]: {1}}}, "candidate": {"wrong_on": {IDS[0]: {2}}}})
     both = decisions.comparison(spread)  # wrong on the baseline first, then on the candidate: wrong on both sides
     assert both.broken and not both.fixed and not both.worse and "on a fresh pair" in both.broken[0]
+
+
+def test_pairs_whose_calls_fault_their_memory_in_on_one_side_are_reported(tmp_path):
+    """A side whose calls fault their output's pages in afresh in some worker pairs (glibc gave the
+    memory back after the last call) is slower there for a reason outside the operator: the result
+    names the benchmark, how many pairs each side faulted in, and the time a call there and
+    elsewhere. As many faulting pairs on both sides (an operator that allocates by design) is no note."""
+    some = run_fake(tmp_path, {"baseline": {}, "candidate": {"faults": {IDS[1]: (256.0, 0.5)}}})
+    result = decisions.comparison(some)
+    assert len(result.faults) == 1
+    assert re.fullmatch(rf"{re.escape(IDS[1])}: of (\d+) worker pairs, the candidate's in (\d+) \(about 256 a call, "
+                        r"(2\.9\d+|3\.0\d+) ms a call there against (99\d\.\d|1\.00\d) (us|ms) elsewhere\); the "
+                        "baseline's in none",
+                        result.faults[0]), result.faults[0]
+    n, k = map(int, re.match(r".*of (\d+) worker pairs, the candidate's in (\d+)", result.faults[0]).groups())
+    assert 0 < k < n
+    text = format_text(result)
+    assert "page faults differ between the sides (1)" in text and "--malloc steady" in text
+    every = {"faults": {IDS[1]: (256.0, 1.0)}}
+    assert not decisions.comparison(run_fake(tmp_path, {"baseline": every, "candidate": every})).faults
+    assert not decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": {}})).faults
 
 
 @pytest.mark.parametrize("fault", ["die", "hang"])

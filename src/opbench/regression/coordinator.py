@@ -739,6 +739,9 @@ def trial_record(rounds_of: dict[str, list[dict]]) -> dict:
         "cpu_log_ratio": math.log(mean("candidate", "cpu_per_call") / mean("baseline", "cpu_per_call")),
         "mean_log_ratio": math.log(mean("candidate", "wall_per_call") / mean("baseline", "wall_per_call")),
         "steal": total("steal"), "switches": total("switches"),
+        # minor page faults per call, each side's mean over its rounds (0 from a worker that does not count them)
+        **{f"{side}_faults": float(np.mean([r.get("faults_per_call", 0.0) for r in rounds_of[side]]))
+           for side in SIDES},
         "interfered": bool(steal_share(total("steal"), total("wall")) > STOLEN),
     }
 

@@ -17,8 +17,10 @@ from opbench.regression import intervals as ps
 from opbench.regression.coordinator import SIDES, UNCONFIRMED, PairedGate, Record
 from opbench.results.compare import Comparison, Row, environment_diff
 from opbench.results.store import Run
+from opbench.results.tables import fmt_time
 
 STATISTIC = "burst min"
+FAULTING = 1.0  # minor page faults per call from which a pair's calls count as faulting their memory in afresh
 
 
 def side_document(gate: PairedGate, side: str) -> dict:
@@ -96,6 +98,35 @@ def _known_issue(rec: Record, result: Comparison) -> None:
         result.worse.append(f"{rec.id}: the candidate shows a known issue the baseline did not: {cand}")
 
 
+def faults(rec: Record) -> str:
+    """Where one side's calls faulted their memory in afresh (FAULTING or more minor page faults a
+    call, the median over a pair's trials) in more worker pairs than the other side's: how many
+    pairs each, and the faults a call and time there against the other pairs. "" where the sides
+    faulted in as many pairs (none, or every one: an operator that allocates fresh memory by design)."""
+    by_pair: dict[int, list[dict]] = {}
+    for t in rec.trials:
+        by_pair.setdefault(t["pair"], []).append(t)
+    pairs = list(by_pair.values())
+    faulted = {side: [float(np.median([t.get(f"{side}_faults", 0.0) for t in ts])) >= FAULTING for ts in pairs]
+               for side in SIDES}
+    if sum(faulted["baseline"]) == sum(faulted["candidate"]):
+        return ""
+
+    def said(side: str) -> str:
+        hit = [ts for ts, f in zip(pairs, faulted[side], strict=True) if f]
+        rest = [ts for ts, f in zip(pairs, faulted[side], strict=True) if not f]
+        if not hit:
+            return f"the {side}'s in none"
+        each = float(np.median([t[f"{side}_faults"] for ts in hit for t in ts]))
+        time_hit = float(np.median([t[f"{side}_min"] for ts in hit for t in ts]))
+        text = f"the {side}'s in {len(hit)} (about {each:.0f} a call, {fmt_time(time_hit)} a call there"
+        if rest:
+            text += f" against {fmt_time(float(np.median([t[f'{side}_min'] for ts in rest for t in ts])))} elsewhere"
+        return text + ")"
+
+    return f"{rec.id}: of {len(pairs)} worker pairs, {said('candidate')}; {said('baseline')}"
+
+
 def comparison(gate: PairedGate) -> Comparison:
     """The gate's outcome in compare's terms, plus the benchmarks that failed on a side."""
     compared = [r for r in gate.records.values() if r.kind != "new"]
@@ -115,7 +146,8 @@ def comparison(gate: PairedGate) -> Comparison:
         skipped=[f"{r.id}: {r.problem}" for r in compared if r.kind == "skipped"],
         worse=[f"{r.id}: {r.problem}" for r in compared if r.kind == "worse"],
         fixed=[f"{r.id}: {r.problem}" for r in compared if r.kind == "fixed"],
-        intermittent=[f"{r.id}: {r.problem}" for r in compared if r.kind == "intermittent"])
+        intermittent=[f"{r.id}: {r.problem}" for r in compared if r.kind == "intermittent"],
+        faults=[said for r in compared if not r.kind and (said := faults(r))])
     for r in compared:
         if not r.kind:
             _known_issue(r, result)

@@ -145,23 +145,26 @@ class Worker:
 
     def burst(self, loops: int, rounds: int) -> dict:
         """`rounds` timed rounds of `loops` calls each: the time per call of every round, and the
-        process CPU time, steal ticks and involuntary context switches over the whole burst."""
+        process CPU time, steal ticks, involuntary context switches and minor page faults over the
+        whole burst (read before and after it, outside the timed rounds)."""
         if self.current is None:
             return {"ok": False, "error": "burst before a successful prepare"}
         case, _, ready = self.current
         call, state = ready.prepared.call, self.collector.state
-        steal, switches, cpu = steal_ticks(), _involuntary(), time.process_time()
+        steal, switches, faults, cpu = steal_ticks(), _involuntary(), _faults(), time.process_time()
         start = time.perf_counter()
         times = timing.rounds(call, loops, rounds)
         wall = time.perf_counter() - start
         cpu, steal, switches = time.process_time() - cpu, steal_ticks() - steal, _involuntary() - switches
+        faults = _faults() - faults
         try:
             state.roofline.check(ready.prepared.flops, min(times), case.device, case.dtype, ready.prepared.backend,
                                  gain=ready.prepared.algorithm_gain)
         except AssertionError as exc:
             return {"ok": False, "error": one_line(exc)}
         return {"ok": True, "times": times, "wall": wall, "cpu_per_call": cpu / (loops * rounds),
-                "wall_per_call": wall / (loops * rounds), "steal": steal, "switches": switches}
+                "wall_per_call": wall / (loops * rounds), "steal": steal, "switches": switches,
+                "faults_per_call": faults / (loops * rounds)}
 
     def check(self) -> dict:
         """The call after the current benchmark's bursts, checked as a run checks the call after its
@@ -203,6 +206,12 @@ class Worker:
         if cmd not in answers:
             return {"ok": False, "error": f"unknown request {cmd!r}"}
         return answers[cmd]()
+
+
+def _faults() -> int:
+    """Minor page faults of this process so far: memory the kernel handed it afresh (a call whose
+    output glibc gave back to the kernel after the last call faults its pages in again)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _involuntary() -> int:

@@ -82,6 +82,8 @@ class Comparison:
     known: list[str] = field(default_factory=list)  # timed with a known issue on both sides
     # a check the baseline failed once and passed on a fresh pair, which the candidate passed: no timing, no fix
     intermittent: list[str] = field(default_factory=list)
+    # benchmarks whose calls faulted in fresh pages in more pairs on one side than on the other
+    faults: list[str] = field(default_factory=list)
     fail_on_noisy: bool = False  # an undecided benchmark fails the gate too
     single_run: float | None = None  # the threshold gate asked for one run per side, if any
     fail_on_busy: bool = False  # a benchmark timed on a busy machine on either side fails the gate
@@ -264,6 +266,12 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
     if c.known:
         lines += ["", f"known issue on both sides ({len(c.known)}): timed on both, as the same call"]
         lines += [f"  {m}" for m in c.known]
+    if c.faults:
+        lines += ["", f"page faults differ between the sides ({len(c.faults)}): where a side's calls fault their "
+                  "memory in afresh, their time holds the kernel's work, which depends on what the process allocated "
+                  "before (glibc gave the last call's output back), not the operator's alone; --malloc steady keeps "
+                  "freed memory in the process and times the operator alone"]
+        lines += [f"  {m}" for m in c.faults]
     if c.skipped:
         lines += ["", f"skipped on both sides ({len(c.skipped)}):"] + [f"  {m}" for m in c.skipped]
     if c.missing:
