@@ -570,6 +570,11 @@ def test_pairs_whose_calls_fault_their_memory_in_on_one_side_are_reported(tmp_pa
     assert 0 < k < n
     text = format_text(result)
     assert "page faults differ between the sides (1)" in text and "--malloc steady" in text
+    # three times as slow in some of its pairs only: undecided, and the noisy list shows the two levels
+    assert {r.fullname: r.verdict for r in result.rows}[IDS[1]] == "noisy"
+    line = re.search(rf"noisy \(1\): .*\n  {re.escape(IDS[1])}: (\d+) screen pairs, their ratios (\S+) to (\S+) "
+                     r"\(quartiles \S+ / \S+ / \S+\)\n", text)
+    assert line and int(line[1]) == n and float(line[2]) < 1.02 and 2.9 < float(line[3]) < 3.1, text
     every = {"faults": {IDS[1]: (256.0, 1.0)}}
     assert not decisions.comparison(run_fake(tmp_path, {"baseline": every, "candidate": every})).faults
     assert not decisions.comparison(run_fake(tmp_path, {"baseline": {}, "candidate": {}})).faults

@@ -98,6 +98,20 @@ def _known_issue(rec: Record, result: Comparison) -> None:
         result.worse.append(f"{rec.id}: the candidate shows a known issue the baseline did not: {cand}")
 
 
+def spread(rec: Record) -> str:
+    """How the ratios of a benchmark's worker pairs (each pair's median trial) spread over the stage
+    its row reports: their range and quartiles. An undecided benchmark whose pairs split into two
+    levels (a candidate slower in some of its processes only) shows it here, where its interval
+    alone reads as noise."""
+    stage = "confirm" if any(t["stage"] == "confirm" for t in rec.trials) else "screen"
+    ratios = np.exp([float(np.median(p)) for p in rec.stage_pairs(stage)])
+    if not len(ratios):
+        return ""
+    q1, q2, q3 = np.quantile(ratios, [0.25, 0.5, 0.75])
+    return (f"{rec.id}: {len(ratios)} {stage} pairs, their ratios {ratios.min():.3f} to {ratios.max():.3f} "
+            f"(quartiles {q1:.3f} / {q2:.3f} / {q3:.3f})")
+
+
 def faults(rec: Record) -> str:
     """Where one side's calls faulted their memory in afresh (FAULTING or more minor page faults a
     call, the median over a pair's trials) in more worker pairs than the other side's: how many
@@ -147,7 +161,8 @@ def comparison(gate: PairedGate) -> Comparison:
         worse=[f"{r.id}: {r.problem}" for r in compared if r.kind == "worse"],
         fixed=[f"{r.id}: {r.problem}" for r in compared if r.kind == "fixed"],
         intermittent=[f"{r.id}: {r.problem}" for r in compared if r.kind == "intermittent"],
-        faults=[said for r in compared if not r.kind and (said := faults(r))])
+        faults=[said for r in compared if not r.kind and (said := faults(r))],
+        spread={r.id: said for r in compared if r.verdict == "noisy" and (said := spread(r))})
     for r in compared:
         if not r.kind:
             _known_issue(r, result)

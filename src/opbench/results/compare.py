@@ -84,6 +84,8 @@ class Comparison:
     intermittent: list[str] = field(default_factory=list)
     # benchmarks whose calls faulted in fresh pages in more pairs on one side than on the other
     faults: list[str] = field(default_factory=list)
+    # the paired gate's undecided benchmarks: how their worker pairs' ratios spread, by full name
+    spread: dict[str, str] = field(default_factory=dict)
     fail_on_noisy: bool = False  # an undecided benchmark fails the gate too
     single_run: float | None = None  # the threshold gate asked for one run per side, if any
     fail_on_busy: bool = False  # a benchmark timed on a busy machine on either side fails the gate
@@ -283,6 +285,7 @@ def format_text(c: Comparison, markdown: bool = False) -> str:
         lines += ["", f"NOISY ({c.count('noisy')}): the data could not decide; --fail-on-noisy fails the gate on them"
                   if c.fail_on_noisy else f"noisy ({c.count('noisy')}): the data could not decide; they do not fail "
                   "the gate unless --fail-on-noisy is given"]
+        lines += [f"  {c.spread[r.fullname]}" for r in c.rows if r.verdict == "noisy" and r.fullname in c.spread]
     lines += ["", f"{c.count('regression')} regressions, {c.count('improvement')} improvements, "
               f"{c.count('unchanged')} unchanged, {c.count('noisy')} noisy, {len(c.missing)} missing, {len(c.new)} new"
               + (f", {len(c.broken)} failed" if c.broken else "")
