@@ -112,11 +112,13 @@ def spread(rec: Record) -> str:
             f"(quartiles {q1:.3f} / {q2:.3f} / {q3:.3f})")
 
 
-def faults(rec: Record) -> str:
+def faults(rec: Record, threshold: float) -> str:
     """Where one side's calls faulted their memory in afresh (FAULTING or more minor page faults a
-    call, the median over a pair's trials) in more worker pairs than the other side's: how many
-    pairs each, and the faults a call and time there against the other pairs. "" where the sides
-    faulted in as many pairs (none, or every one: an operator that allocates fresh memory by design)."""
+    call, the median over a pair's trials) in more worker pairs than the other side's, and that
+    side's calls took `threshold` (the rule's, a share) longer in those pairs than in its others, or
+    faulted in every pair: how many pairs each, and the faults a call and time there against the
+    other pairs. "" where the sides faulted in as many pairs (none, or every one: an operator that
+    allocates fresh memory by design), or where the faults did not cost the side's calls that much."""
     by_pair: dict[int, list[dict]] = {}
     for t in rec.trials:
         by_pair.setdefault(t["pair"], []).append(t)
@@ -124,6 +126,14 @@ def faults(rec: Record) -> str:
     faulted = {side: [float(np.median([t.get(f"{side}_faults", 0.0) for t in ts])) >= FAULTING for ts in pairs]
                for side in SIDES}
     if sum(faulted["baseline"]) == sum(faulted["candidate"]):
+        return ""
+    more = max(SIDES, key=lambda side: sum(faulted[side]))
+
+    def median_time(side: str, hit: bool) -> float:
+        return float(np.median([t[f"{side}_min"] for ts, f in zip(pairs, faulted[side], strict=True) if f == hit
+                                for t in ts]))
+
+    if not all(faulted[more]) and median_time(more, True) < (1 + threshold) * median_time(more, False):
         return ""
 
     def said(side: str) -> str:
@@ -161,7 +171,7 @@ def comparison(gate: PairedGate) -> Comparison:
         worse=[f"{r.id}: {r.problem}" for r in compared if r.kind == "worse"],
         fixed=[f"{r.id}: {r.problem}" for r in compared if r.kind == "fixed"],
         intermittent=[f"{r.id}: {r.problem}" for r in compared if r.kind == "intermittent"],
-        faults=[said for r in compared if not r.kind and (said := faults(r))],
+        faults=[said for r in compared if not r.kind and (said := faults(r, gate.rule_for(r.name).threshold))],
         spread={r.id: said for r in compared if r.verdict == "noisy" and (said := spread(r))})
     for r in compared:
         if not r.kind:
