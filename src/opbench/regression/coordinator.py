@@ -104,15 +104,19 @@ class Record:
     verdict: str = ""
     level: float = 0.0  # the confidence of the interval to report (0: the plan's)
 
+    def pairs(self, stage: str | None = None) -> list[list[dict]]:
+        """The trials of one stage (None: both), grouped by worker pair in the order they ran."""
+        by_pair: dict[int, list[dict]] = {}
+        for t in self.trials:
+            if stage is None or t["stage"] == stage:
+                by_pair.setdefault(t["pair"], []).append(t)
+        return list(by_pair.values())
+
     def stage_pairs(self, stage: str) -> list[np.ndarray]:
         """Trial log-ratios of one stage, grouped by worker pair; a pair's trials flagged for
         interference are left out when at least three clean ones remain."""
-        by_pair: dict[int, list[dict]] = {}
-        for t in self.trials:
-            if t["stage"] == stage:
-                by_pair.setdefault(t["pair"], []).append(t)
         out = []
-        for trials in by_pair.values():
+        for trials in self.pairs(stage):
             clean = [t for t in trials if not t["interfered"]]
             out.append(np.array([t["log_ratio"] for t in (clean if len(clean) >= 3 else trials)]))
         return out
@@ -598,25 +602,24 @@ class PairedGate:
         """A check that failed on one side, or on both: what the framework computes changed, or is
         wrong on both sides. Either way the benchmark is not timed; the record says both sides'.
         A failure on one side only is verified again on a fresh pair first (`_reverify`)."""
-        wrong = [s for s in SIDES if ready[s]["outcome"] == "wrong"]
-        other = {"baseline": "candidate", "candidate": "baseline"}
         said = "; ".join(_said(s, ready[s]) for s in SIDES)
-        if len(wrong) == 1 and ready[other[wrong[0]]]["outcome"] == "ready":
-            self._set(i, *self._reverify(i, wrong[0], said, pair.number))
+        if {ready[s]["outcome"] for s in SIDES} == {"wrong", "ready"}:  # wrong on one side, ready on the other
+            wrong = next(s for s in SIDES if ready[s]["outcome"] == "wrong")
+            self._set(i, *self._reverify(i, wrong, said, pair.number))
         else:
             self._set(i, "failed", f"{said} (pair {pair.number})")
 
-    def _reverify(self, i: str, side: str, first: str, number: int) -> tuple[str, str]:
-        """(kind, problem) of a check that failed on `side` only (`first` says how), from the same
-        benchmark on a fresh pair: each side's first call, then the call after a short burst, as a
-        timed turn checks them. Failing again on `side` alone, it is a correctness change: worse
+    def _reverify(self, i: str, side: str, said: str, number: int) -> tuple[str, str]:
+        """(kind, problem) of a check that failed on `side` only in pair `number` (`said` says how),
+        from the same benchmark on a fresh pair: each side's first call, then the call after a short
+        burst, as a timed turn checks them. Failing again on `side` alone, it is a correctness change: worse
         (the candidate's) or fixed (the baseline's). Passing on both, it is intermittent, and both
         sides' framework code and inputs were the same: on the candidate still worse (a wrong
         result is never excused by a right one later), on the baseline `intermittent`, which is no
         fix (the candidate passed a few checks, the baseline most) and does not fail the gate. Either
         way the benchmark is not timed: a path that was wrong once is not verified."""
         kind = "worse" if side == "candidate" else "fixed"
-        first = f"{first} (pair {number})"
+        first = f"{said} (pair {number})"
         try:
             fresh = self.new_pair()
             try:
@@ -626,17 +629,17 @@ class PairedGate:
         except WorkerFailure as exc:
             return kind, f"{first}; not verified again on a fresh pair: {exc}"
         text = "; ".join(_said(s, again[s]) for s in SIDES)
-        said = f"pair {fresh.number}: " + ("the same" if first.startswith(f"{text} (") else text)
+        fresh_said = f"pair {fresh.number}: " + ("the same" if text == said else text)
         outcomes = {s: again[s]["outcome"] for s in SIDES}
         if outcomes[side] == "wrong" and list(outcomes.values()).count("wrong") == 1:
-            return kind, f"{first}; again on a fresh {said}"
+            return kind, f"{first}; again on a fresh {fresh_said}"
         if "wrong" in outcomes.values():
-            return "failed", f"{first}; on a fresh {said}"
+            return "failed", f"{first}; on a fresh {fresh_said}"
         if set(outcomes.values()) != {"ready"}:
-            return kind, f"{first}; not verified again on a fresh {said}"
+            return kind, f"{first}; not verified again on a fresh {fresh_said}"
         if side == "candidate":
-            return "worse", f"intermittent: {first}; a fresh {said}"
-        return "intermittent", f"{first}; a fresh {said}"
+            return "worse", f"intermittent: {first}; a fresh {fresh_said}"
+        return "intermittent", f"{first}; a fresh {fresh_said}"
 
     def _verify(self, pair: Pair, i: str) -> dict[str, dict]:
         """Each side's check of benchmark `i` on `pair`: its prepare (the first call's check), then,

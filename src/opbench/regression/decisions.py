@@ -104,7 +104,7 @@ def spread(rec: Record) -> str:
     levels (a candidate slower in some of its processes only) shows it here, where its interval
     alone reads as noise."""
     stage = "confirm" if any(t["stage"] == "confirm" for t in rec.trials) else "screen"
-    ratios = np.exp([float(np.median(p)) for p in rec.stage_pairs(stage)])
+    ratios = np.exp([float(np.median(p)) for p in rec.stage_pairs(stage)])  # as the row's estimate takes them
     if not len(ratios):
         return ""
     q1, q2, q3 = np.quantile(ratios, [0.25, 0.5, 0.75])
@@ -119,33 +119,29 @@ def faults(rec: Record, threshold: float) -> str:
     faulted in every pair: how many pairs each, and the faults a call and time there against the
     other pairs. "" where the sides faulted in as many pairs (none, or every one: an operator that
     allocates fresh memory by design), or where the faults did not cost the side's calls that much."""
-    by_pair: dict[int, list[dict]] = {}
-    for t in rec.trials:
-        by_pair.setdefault(t["pair"], []).append(t)
-    pairs = list(by_pair.values())
+    pairs = rec.pairs()
     faulted = {side: [float(np.median([t.get(f"{side}_faults", 0.0) for t in ts])) >= FAULTING for ts in pairs]
                for side in SIDES}
     if sum(faulted["baseline"]) == sum(faulted["candidate"]):
         return ""
     more = max(SIDES, key=lambda side: sum(faulted[side]))
 
-    def median_time(side: str, hit: bool) -> float:
-        return float(np.median([t[f"{side}_min"] for ts, f in zip(pairs, faulted[side], strict=True) if f == hit
-                                for t in ts]))
+    def median(side: str, key: str, hit: bool) -> float:
+        """The median of `key` over the trials of the pairs where `side` faulted (hit) or did not."""
+        return float(np.median([t[key] for ts, f in zip(pairs, faulted[side], strict=True) if f == hit for t in ts]))
 
-    if not all(faulted[more]) and median_time(more, True) < (1 + threshold) * median_time(more, False):
-        return ""
+    if not all(faulted[more]):
+        there, elsewhere = (median(more, f"{more}_min", hit) for hit in (True, False))
+        if there < (1 + threshold) * elsewhere:
+            return ""
 
     def said(side: str) -> str:
-        hit = [ts for ts, f in zip(pairs, faulted[side], strict=True) if f]
-        rest = [ts for ts, f in zip(pairs, faulted[side], strict=True) if not f]
-        if not hit:
+        if not any(faulted[side]):
             return f"the {side}'s in none"
-        each = float(np.median([t[f"{side}_faults"] for ts in hit for t in ts]))
-        time_hit = float(np.median([t[f"{side}_min"] for ts in hit for t in ts]))
-        text = f"the {side}'s in {len(hit)} (about {each:.0f} a call, {fmt_time(time_hit)} a call there"
-        if rest:
-            text += f" against {fmt_time(float(np.median([t[f'{side}_min'] for ts in rest for t in ts])))} elsewhere"
+        text = (f"the {side}'s in {sum(faulted[side])} (about {median(side, f'{side}_faults', True):.0f} a call, "
+                f"{fmt_time(median(side, f'{side}_min', True))} a call there")
+        if not all(faulted[side]):
+            text += f" against {fmt_time(median(side, f'{side}_min', False))} elsewhere"
         return text + ")"
 
     return f"{rec.id}: of {len(pairs)} worker pairs, {said('candidate')}; {said('baseline')}"

@@ -151,12 +151,12 @@ class Worker:
             return {"ok": False, "error": "burst before a successful prepare"}
         case, _, ready = self.current
         call, state = ready.prepared.call, self.collector.state
-        steal, switches, faults, cpu = steal_ticks(), _involuntary(), _faults(), time.process_time()
+        steal, (switches, faults), cpu = steal_ticks(), _usage(), time.process_time()
         start = time.perf_counter()
         times = timing.rounds(call, loops, rounds)
         wall = time.perf_counter() - start
-        cpu, steal, switches = time.process_time() - cpu, steal_ticks() - steal, _involuntary() - switches
-        faults = _faults() - faults
+        cpu, steal, usage = time.process_time() - cpu, steal_ticks() - steal, _usage()
+        switches, faults = usage[0] - switches, usage[1] - faults
         try:
             state.roofline.check(ready.prepared.flops, min(times), case.device, case.dtype, ready.prepared.backend,
                                  gain=ready.prepared.algorithm_gain)
@@ -208,14 +208,12 @@ class Worker:
         return answers[cmd]()
 
 
-def _faults() -> int:
-    """Minor page faults of this process so far: memory the kernel handed it afresh (a call whose
-    output glibc gave back to the kernel after the last call faults its pages in again)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def _involuntary() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+def _usage() -> tuple[int, int]:
+    """This process's involuntary context switches and minor page faults so far, from one
+    getrusage (a minor fault is memory the kernel handed it afresh: a call whose output glibc gave
+    back to the kernel after the last call faults its pages in again)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nivcsw, usage.ru_minflt
 
 
 def main() -> int:
