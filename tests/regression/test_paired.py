@@ -390,14 +390,30 @@ def test_the_clock_ends_a_confirmation_whose_pairs_run_slower_than_planned(tmp_p
             in gate.notes[0]
 
 
-def test_a_selection_too_large_for_its_budget_is_refused_after_the_first_warm_pair(tmp_path):
+def test_a_selection_too_large_for_its_budget_is_refused_after_the_first_warm_pair(tmp_path, monkeypatch):
     """--budget is a bound: the screen's least pairs and one confirmation, at the pace of the first
-    two pairs, do not fit in it, so the gate stops there and says by how much, instead of running
-    past it. A default budget too small for the least run becomes it, with a note."""
-    with pytest.raises(OverBudget, match=r"--budget 1e-06 min is too small for this selection: at the pace of its "
-                                         r"first 2 pairs .* over 3 benchmarks.*give --budget \d+ or split"):
-        run_fake(tmp_path, {"baseline": {}, "candidate": {}}, budget_s=6e-5)
+    two pairs, do not fit in it, so the gate stops there and says by how much, and into how many
+    jobs of that budget to split it, instead of running past it. A default budget too small for the
+    least run becomes it, with a note."""
+    monkeypatch.setattr(PairedGate, "elapsed", lambda self: 10.0 * self.pairs_started)  # 10 s a pair
+    # 30 s spent when the first warm pair ends (the pair that describes the environments and 2 screen
+    # pairs), all of it turns to divide between the jobs: the fakes' starts, loads and the turns still
+    # to come take next to no time, so 1.1 x 30 s needs 6 jobs of 6.5 s
+    # (as long as the fakes' 8 starts and 9 confirmation pairs take under a second)
+    with pytest.raises(OverBudget, match=r"--budget 0\.108333 min is too small for this selection: at the pace of its "
+                                         r"first 2 pairs .* over 3 benchmarks.*give --budget 1, or split it over at "
+                                         r"least 6 jobs of this budget \(--shard 1/6 \.\.\. 6/6, one CI job each; "
+                                         r"more where many of its benchmarks change, as each one flagged is confirmed "
+                                         r"on 9 fresh pairs or more\)"):
+        run_fake(tmp_path, {"baseline": {}, "candidate": {}}, budget_s=6.5)
     assert len(FakeWorker.started) == 2 * (1 + 2) and all(w.closed for w in FakeWorker.started)
+    with pytest.raises(OverBudget, match=r"--shard 1/12 \.\.\. 12/12"):  # the halves of this shard's share
+        run_fake(tmp_path, {"baseline": {}, "candidate": {}}, budget_s=6.5, shard=(2, 2))
+    monkeypatch.setattr(PairedGate, "undivided_s", lambda self, selection: 30.0)
+    with pytest.raises(OverBudget, match=r"give --budget \d+ \(no share of it fits 0\.108333 min: the workers' starts "
+                                         r"over the screen's 8 pairs and one benchmark's confirmation alone take "
+                                         r"about 0\.5 min\); docs/usage/upgrade\.md$"):
+        run_fake(tmp_path, {"baseline": {}, "candidate": {}}, budget_s=6.5)
     gate = run_fake(tmp_path, {"baseline": {}, "candidate": {}}, budget_s=None, min_budget_s=6e-5,
                     budget_per_benchmark_s=0)
     assert any("the default budget (0 min) is too small for this selection" in n for n in gate.notes)
@@ -601,8 +617,8 @@ def test_the_confirmation_says_its_power_and_what_reaches_90_percent(tmp_path):
     screen; where that is under 90%, the pairs and the budget that reach it."""
     rng = np.random.default_rng(7)
 
-    def screened(*scatter: float) -> PairedGate:
-        gate = _paced(tmp_path, budget_s=1000, elapsed_s=400, flagged=3)
+    def screened(*scatter: float, budget_s: float = 1000) -> PairedGate:
+        gate = _paced(tmp_path, budget_s=budget_s, elapsed_s=400, flagged=3)
         for k in range(3):
             gate.records[f"id{k}"].trials = [
                 {"stage": "screen", "pair": p, "log_ratio": math.log(1.08) + d, "interfered": False}
@@ -616,10 +632,16 @@ def test_the_confirmation_says_its_power_and_what_reaches_90_percent(tmp_path):
     assert share == "100" and float(high) < 1
     gate = screened(0.06)
     said = gate._power(["id0", "id1", "id2"], 24)
-    share, _, _, needed, budget = re.fullmatch(stated + r"; (\d+) pairs would confirm 90%: --budget (\d+), or a shard "
-                                               r"of fewer benchmarks \(--shard K/N with a larger N\)", said).groups()
+    share, _, _, needed, budget = re.fullmatch(stated + r"; (\d+) pairs would confirm 90%: --budget (\d+)",
+                                               said).groups()
     assert int(share) < 90 and 24 < int(needed) <= 60
     assert int(budget) == math.ceil((400 + int(needed) * (2 + 3 * 1.0)) / 60)  # now + pairs x the pace
+    # a budget of 500 s cannot pay for them: 400 s of turns and the pairs' turns (3 s) divide between
+    # jobs, the confirmation pairs' starts (2 s) do not, so 1.1 x (400 + 3 x needed) over 500 - 1.1 x 2 x
+    # needed needs two jobs of 500 s, for any number of pairs from 25 to 60
+    assert re.fullmatch(stated + r"; \d+ pairs would confirm 90%: --budget \d+, or about 2 jobs of this budget "
+                        r"\(--shard 1/2 \.\.\. 2/2, one CI job each\)", screened(0.08, budget_s=500)._power(
+                            ["id0", "id1", "id2"], 24))
     assert screened(0.5)._power(["id0", "id1", "id2"], 24).endswith(", and even 60 would confirm under 90%")
     # each benchmark scatters as its own did: two tight ones are confirmed whatever the wide one does
     share, low, high = re.match(stated, screened(0.002, 0.002, 0.5)._power(["id0", "id1", "id2"], 24)).groups()

@@ -177,11 +177,20 @@ class Pair:
 
 UNCONFIRMED = "unconfirmed"  # flagged by the screen, not confirmed: interrupted, or beyond the budget
 PACE_PAIRS = 2  # the screen pair after which the least run's time is known (pair 1 pays for cold caches)
+MARGIN = 1.1  # what a budget or a split said after the first warm pairs adds to the least run's estimate
 
 
 class OverBudget(Exception):
     """The selection's least run (the screen's minimum of pairs and one confirmation) does not fit
     the --budget given: said after the first warm pair instead of running past it."""
+
+
+def jobs_for(divided_s: float, undivided_s: float, budget_s: float) -> int | None:
+    """The fewest jobs of `budget_s` each that a run splits into (--shard) with each job's part,
+    MARGIN added, within it: each pays `undivided_s` in full and an equal share of `divided_s`.
+    None where the undivided part alone, MARGIN added, does not fit."""
+    fixed = MARGIN * undivided_s
+    return max(1, math.ceil(MARGIN * max(0.0, divided_s) / (budget_s - fixed))) if budget_s > fixed else None
 
 
 def shard_of(ids: Iterable[str], shard: tuple[int, int]) -> set[str]:
@@ -343,9 +352,29 @@ class PairedGate:
         """The seconds from now to the end of the least run the design allows, at the pace seen: the
         screen's minimum of pairs left over the whole selection, then the confirmation's minimum of
         pairs over one flagged benchmark of median pace (its pair: the start, its group's load, its turn)."""
+        return max(0, self.plan.min_pairs - number) * self.pair_s(selection) + self._one_confirmation_s(selection)
+
+    def _one_confirmation_s(self, selection: list[str]) -> float:
+        """The confirmation's minimum of pairs over one flagged benchmark of median pace."""
         timed = sorted((i for i in selection if self.turn_s.get(i)), key=lambda i: _warm(self.turn_s[i]))
-        return (max(0, self.plan.min_pairs - number) * self.pair_s(selection)
-                + self.confirm_minimum_s(timed[len(timed) // 2 :][:1]))
+        return self.confirm_minimum_s(timed[len(timed) // 2 :][:1])
+
+    def _pair_overhead_s(self, ids: list[str]) -> float:
+        """The part of `pair_s(ids)` that a share of `ids` pays in full: the pair's start and the
+        load of each (framework, mode) group, which every share of a selection holds."""
+        return _warm(self.start_s) + sum(_warm(self.group_s.get(g, [])) for g in {_group(i) for i in ids})
+
+    def undivided_s(self, selection: list[str]) -> float:
+        """What every job gating a share of `selection` (--shard) pays in full of its least run, at
+        the pace seen: each of the screen's least pairs' overhead, and one benchmark's confirmation."""
+        return self.plan.min_pairs * self._pair_overhead_s(selection) + self._one_confirmation_s(selection)
+
+    def jobs_needed(self, selection: list[str], number: int) -> int | None:
+        """`jobs_for` the least run: what does not divide (`undivided_s`) every job pays; the rest,
+        the benchmarks' turns (the first pairs', cold ones included, and the screen's least pairs
+        still to come), divides between them."""
+        fixed = self.undivided_s(selection)
+        return jobs_for(self.elapsed() + self.least_run_s(selection, number) - fixed, fixed, self.budget_s)
 
     def _least_run_fits(self, selection: list[str], number: int) -> None:
         """After the first warm pair (pair 2: pair 1 pays for cold compiler caches): a --budget the
@@ -362,11 +391,16 @@ class PairedGate:
                               f"selection: {pace}, which is its budget now")
             self.budget_s = least
             return
+        jobs, n = self.jobs_needed(selection, number), self.plan.shard[1]
+        split = (f", or split it over at least {jobs} jobs of this budget (--shard 1/{jobs * n} ... "
+                 f"{jobs * n}/{jobs * n}, one CI job each; more where many of its benchmarks change, as each one "
+                 f"flagged is confirmed on {self.least_confirm_pairs(1)} fresh pairs or more), or by operator family "
+                 "or mode (-m 'torch and forward and activation', -m 'torch and forward and not activation', ...)"
+                 if jobs else f" (no share of it fits {self.plan.budget_s / 60:g} min: the workers' starts over the "
+                 f"screen's {self.plan.min_pairs} pairs and one benchmark's confirmation alone take about "
+                 f"{self.undivided_s(selection) / 60:.1f} min)")
         raise OverBudget(f"--budget {self.plan.budget_s / 60:g} min is too small for this selection: {pace}; give "
-                         f"--budget {math.ceil(1.1 * least / 60)} or split the selection over several runs or CI jobs "
-                         "(--shard 1/N ... N/N in N jobs, or by operator family or mode: -m 'torch and forward "
-                         "and activation', -m 'torch and forward and not activation', ...; "
-                         "docs/explanation/paired-gate.md)")
+                         f"--budget {math.ceil(MARGIN * least / 60)}{split}; docs/usage/upgrade.md")
 
     def _affordable(self, flagged: list[str]) -> list[str]:
         """The flagged benchmarks the budget left can confirm on their least pairs, the largest
@@ -469,8 +503,12 @@ class PairedGate:
         if needed is None:
             return said + f", and even {most} would confirm under 90%"
         budget = self.elapsed() + needed * self.pair_s(flagged)
-        return said + (f"; {needed} pairs would confirm 90%: --budget {math.ceil(budget / 60)}, or a shard of fewer "
-                       "benchmarks (--shard K/N with a larger N)")
+        # a job's share: its screen pairs' and needed confirmation pairs' overheads in full, the turns divided
+        fixed = self.pairs_started * self._pair_overhead_s(list(self.records)) + needed * self._pair_overhead_s(flagged)
+        jobs, n = jobs_for(budget - fixed, fixed, self.budget_s), self.plan.shard[1]
+        return said + (f"; {needed} pairs would confirm 90%: --budget {math.ceil(budget / 60)}"
+                       + (f", or about {jobs} jobs of this budget (--shard 1/{jobs * n} ... {jobs * n}/{jobs * n}, "
+                          "one CI job each)" if jobs and jobs > 1 else ""))
 
     def _undecided(self, active: list[str], number: int) -> list[str]:
         """Screen verdicts after `number` pairs; those still undecided continue (all continue
