@@ -1102,6 +1102,55 @@ def test_each_side_keeps_its_jax_kernels_and_both_share_the_references_under_the
     assert base["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
+def test_each_side_keeps_tensorflows_xla_executables_for_one_run(tmp_path, monkeypatch):
+    """TensorFlow keys a kept executable by its graph only, so each side keeps its own, for one run
+    of the gate: the flag joins the user's TF_XLA_FLAGS, and a cache the user names stands."""
+    from opbench.regression import paired
+
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    caches = tmp_path.resolve() / "caches"
+    base, cand = (paired.side_env(side, {}, tmp_path, run="results-1") for side in ("baseline", "candidate"))
+    for side, flags in (("baseline", base["TF_XLA_FLAGS"]), ("candidate", cand["TF_XLA_FLAGS"])):
+        assert flags == f"--tf_xla_persistent_cache_directory={caches / 'results-1' / side / 'tf-xla'}"
+    assert "TF_XLA_FLAGS" not in paired.side_env("baseline", {}, tmp_path)  # no run, no cache
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2")
+    assert paired.side_env("baseline", {}, tmp_path, run="r")["TF_XLA_FLAGS"] == \
+        f"--tf_xla_auto_jit=2 --tf_xla_persistent_cache_directory={caches / 'r' / 'baseline' / 'tf-xla'}"
+    mine = {"TF_XLA_FLAGS": "--tf_xla_persistent_cache_directory=/mine"}
+    assert paired.side_env("candidate", mine, tmp_path, run="r")["TF_XLA_FLAGS"] == mine["TF_XLA_FLAGS"]
+
+
+XLA_CALL = """
+from opbench import frameworks
+tf = frameworks.package("tensorflow")
+f = tf.function(lambda x: tf.nn.relu(x @ x) + tf.tanh(x), autograph=False, jit_compile=True)
+f(tf.ones((64, 64))).numpy()
+"""
+
+
+@pytest.mark.full  # two TensorFlow processes; make test-rest
+def test_tensorflow_keeps_a_sides_xla_executable_and_the_next_worker_loads_it(tmp_path, monkeypatch):
+    """Under a side's environment TensorFlow writes the executable it compiled for an XLA function,
+    and the next process, a fresh worker pair's, loads it instead of compiling again (a compile
+    would write it again)."""
+    import subprocess
+    import sys
+
+    from opbench import frameworks
+    from opbench.regression import paired
+
+    if not frameworks.installed("tensorflow"):
+        pytest.skip("TensorFlow is not installed")
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    env = paired.side_env("candidate", {"TF_CPP_MIN_LOG_LEVEL": "3"}, tmp_path, run="r")
+    kept = tmp_path.resolve() / "caches" / "r" / "candidate" / "tf-xla"
+    written = []
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", XLA_CALL], env=env, check=True, timeout=300)
+        written.append({f.name: f.stat().st_mtime_ns for f in kept.iterdir()})
+    assert written[0] and written[1] == written[0]
+
+
 def test_both_sides_bound_how_long_idle_openmp_workers_spin_unless_told_otherwise(tmp_path, monkeypatch):
     """Each side's idle libgomp workers would otherwise spin through the other side's rounds."""
     from opbench.harness import openmp

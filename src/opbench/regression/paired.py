@@ -33,9 +33,9 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
     if not pytest_args:
         raise ResultsError("give the benchmarks to compare after '--', e.g. -- benchmarks/ops -m 'torch and gemm'")
     check_plan(plan)
-    sides = tuple(Side(name, python, side_env(name, env, workdir)) for name, python, env in zip(SIDES, pythons, envs,
-                                                                                                strict=True))
     folder = fresh_folder(workdir)
+    sides = tuple(Side(name, python, side_env(name, env, workdir, run=folder.name))
+                  for name, python, env in zip(SIDES, pythons, envs, strict=True))
     gate = PairedGate(sides, pytest_args, folder, plan, rule_for)
     try:
         gate.run()
@@ -59,6 +59,14 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
 CACHES = {"OPBENCH_REFERENCE_CACHE": "references"}
 SIDE_CACHES = {"JAX_COMPILATION_CACHE_DIR": "jax"}
 
+# TensorFlow's XLA executables (the xla mode's tf.function(jit_compile=True)), which it keeps in no
+# file by default: without them every fresh worker pair compiles each XLA benchmark again. Its
+# persistent cache keys an executable by the function's graph and arguments, not by XLA_FLAGS or by
+# TensorFlow's version (on an AVX-512 Xeon, a process with XLA_FLAGS=--xla_cpu_max_isa=AVX2 loaded
+# the executable an uncapped one had compiled, with a warning), so each side keeps its own for one
+# run of the gate only, which a --workdir reused with other flags or another version cannot serve.
+TF_XLA_CACHE = "--tf_xla_persistent_cache_directory"
+
 # How long an idle GNU OpenMP worker (PyTorch's and MXNet's kernels) spins before it sleeps, in
 # libgomp's turns of its wait loop (GOMP_SPINCOUNT). Its default, 300,000, kept a torch worker's
 # idle thread busy for about 10 ms of CPU after a parallel GEMM on a 2-core Zen 5, so in a worker pair
@@ -74,9 +82,10 @@ SIDE_CACHES = {"JAX_COMPILATION_CACHE_DIR": "jax"}
 IDLE_SPIN = {"GOMP_SPINCOUNT": "10000"}
 
 
-def side_env(side: str, env: Mapping[str, str], workdir: Path) -> dict[str, str]:
+def side_env(side: str, env: Mapping[str, str], workdir: Path, run: str = "") -> dict[str, str]:
     """The environment of one side's workers: this process's, its own entries (--baseline-env,
-    --candidate-env), and the caches above and the bounded OpenMP spin where neither sets them."""
+    --candidate-env), and the caches above (TensorFlow's XLA executables for the gate's `run`) and
+    the bounded OpenMP spin where neither sets them."""
     caches = Path(workdir).resolve() / "caches"
     out = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env}
     if not openmp.wait_settings(out):
@@ -85,6 +94,9 @@ def side_env(side: str, env: Mapping[str, str], workdir: Path) -> dict[str, str]
         out.setdefault(name, str(caches / folder))
     for name, folder in SIDE_CACHES.items():
         out.setdefault(name, str(caches / side / folder))
+    flags = out.get("TF_XLA_FLAGS", "")
+    if run and TF_XLA_CACHE not in flags:
+        out["TF_XLA_FLAGS"] = f"{flags} {TF_XLA_CACHE}={caches / run / side / 'tf-xla'}".strip()
     return out
 
 
