@@ -1120,6 +1120,29 @@ def test_each_side_keeps_tensorflows_xla_executables_for_one_run(tmp_path, monke
     assert paired.side_env("candidate", mine, tmp_path, run="r")["TF_XLA_FLAGS"] == mine["TF_XLA_FLAGS"]
 
 
+def test_a_side_that_caps_torch_keeps_torch_compiles_kernels_in_its_caps_folder(tmp_path, monkeypatch):
+    """torch.compile's kernel keys leave out the vector ISA, so a gate of the AVX2 path against the
+    uncapped one (--candidate-env ATEN_CPU_CAPABILITY=avx2) must not share one folder of kernels."""
+    from opbench.harness import isa
+    from opbench.regression import paired
+
+    for name in ("ATEN_CPU_CAPABILITY", isa.INDUCTOR_CACHE):
+        monkeypatch.delenv(name, raising=False)
+    assert isa.INDUCTOR_CACHE not in paired.side_env("baseline", {}, tmp_path)  # uncapped: torch's own folder
+    capped = paired.side_env("candidate", {"ATEN_CPU_CAPABILITY": "avx2"}, tmp_path)
+    assert capped[isa.INDUCTOR_CACHE] == isa.capped_cache(None, "avx2")
+    monkeypatch.setenv(isa.INDUCTOR_CACHE, "/k")  # the user's folder: the uncapped side's, the cap's beside it
+    assert paired.side_env("baseline", {}, tmp_path)[isa.INDUCTOR_CACHE] == "/k"
+    assert paired.side_env("candidate", {"ATEN_CPU_CAPABILITY": "avx2"}, tmp_path)[isa.INDUCTOR_CACHE] == "/k-avx2"
+    assert paired.side_env("candidate", {"ATEN_CPU_CAPABILITY": "AVX512"}, tmp_path)[isa.INDUCTOR_CACHE] == "/k-avx512"
+    assert paired.side_env("candidate", {"ATEN_CPU_CAPABILITY": "default"}, tmp_path)[isa.INDUCTOR_CACHE] == "/k-avx"
+    own = {"ATEN_CPU_CAPABILITY": "avx2", isa.INDUCTOR_CACHE: "/mine"}  # a side's own folder stands
+    assert paired.side_env("candidate", own, tmp_path)[isa.INDUCTOR_CACHE] == "/mine"
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # both sides capped alike: one capped folder
+    both = {paired.side_env(side, {}, tmp_path)[isa.INDUCTOR_CACHE] for side in ("baseline", "candidate")}
+    assert both == {"/k-avx2"}
+
+
 XLA_CALL = """
 from opbench import frameworks
 tf = frameworks.package("tensorflow")

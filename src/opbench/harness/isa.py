@@ -70,6 +70,17 @@ def capped_cache(folder: str | None, isa: str) -> str:
     return f"{base}-{isa}"
 
 
+def kernel_cache(env: Mapping[str, str]) -> str | None:
+    """The folder of torch.compile's kernels for a process with `env` where ATEN_CPU_CAPABILITY caps
+    it (at one of CAPS, or at any other value it takes): that cap's own, beside its
+    TORCHINDUCTOR_CACHE_DIR (`capped_cache`); None for an uncapped process."""
+    aten = env.get("ATEN_CPU_CAPABILITY")
+    if not aten:
+        return None
+    named = {caps["ATEN_CPU_CAPABILITY"]: isa for isa, caps in CAPS.items()}
+    return capped_cache(env.get(INDUCTOR_CACHE), named.get(aten, aten.lower()))
+
+
 def in_force(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The caps set in `env` (default: this process's), by variable: empty on an uncapped run."""
     env = os.environ if env is None else env

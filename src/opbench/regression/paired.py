@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from opbench.harness import openmp
+from opbench.harness import isa, openmp
 from opbench.regression import decisions
 from opbench.regression import intervals as ps
 from opbench.regression.coordinator import SIDES, OverBudget, PairedGate, Plan, Side
@@ -85,7 +85,10 @@ IDLE_SPIN = {"GOMP_SPINCOUNT": "10000"}
 def side_env(side: str, env: Mapping[str, str], workdir: Path, run: str = "") -> dict[str, str]:
     """The environment of one side's workers: this process's, its own entries (--baseline-env,
     --candidate-env), and the caches above (TensorFlow's XLA executables for the gate's `run`) and
-    the bounded OpenMP spin where neither sets them."""
+    the bounded OpenMP spin where neither sets them. A side whose ATEN_CPU_CAPABILITY caps torch keeps
+    torch.compile's kernels in its cap's folder (opbench.harness.isa), unless its own entries name one:
+    with one folder for both, a gate of the AVX2 path against the uncapped one would be served the
+    other side's kernels, wrong or crashing."""
     caches = Path(workdir).resolve() / "caches"
     out = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env}
     if not openmp.wait_settings(out):
@@ -94,6 +97,8 @@ def side_env(side: str, env: Mapping[str, str], workdir: Path, run: str = "") ->
         out.setdefault(name, str(caches / folder))
     for name, folder in SIDE_CACHES.items():
         out.setdefault(name, str(caches / side / folder))
+    if isa.INDUCTOR_CACHE not in env and (kernels := isa.kernel_cache(out)):
+        out[isa.INDUCTOR_CACHE] = kernels  # torch.compile's kernel keys leave out the vector ISA
     flags = out.get("TF_XLA_FLAGS", "")
     if run and TF_XLA_CACHE not in flags:
         out["TF_XLA_FLAGS"] = f"{flags} {TF_XLA_CACHE}={caches / run / side / 'tf-xla'}".strip()
