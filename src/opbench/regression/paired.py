@@ -61,10 +61,11 @@ SIDE_CACHES = {"JAX_COMPILATION_CACHE_DIR": "jax"}
 
 # TensorFlow's XLA executables (the xla mode's tf.function(jit_compile=True)), which it keeps in no
 # file by default: without them every fresh worker pair compiles each XLA benchmark again. Its
-# persistent cache keys an executable by the function's graph and arguments, not by XLA_FLAGS or by
-# TensorFlow's version (on an AVX-512 Xeon, a process with XLA_FLAGS=--xla_cpu_max_isa=AVX2 loaded
-# the executable an uncapped one had compiled, with a warning), so each side keeps its own for one
-# run of the gate only, which a --workdir reused with other flags or another version cannot serve.
+# persistent cache keys an executable by the function's graph and arguments, and XLA_FLAGS are not
+# part of the key (TF 2.21 on an AVX-512 Xeon: a process with XLA_FLAGS=--xla_cpu_max_isa=AVX2 loaded
+# the executable an uncapped one had compiled, its only warnings about two tuning features), so each
+# side keeps its own for one run of the gate only, which a --workdir reused with other flags or
+# another TensorFlow cannot serve.
 TF_XLA_CACHE = "--tf_xla_persistent_cache_directory"
 
 # How long an idle GNU OpenMP worker (PyTorch's and MXNet's kernels) spins before it sleeps, in
