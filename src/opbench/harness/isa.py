@@ -57,7 +57,7 @@ def environment(isa: str, base: Mapping[str, str] | None = None) -> dict[str, st
     env.update({k: v for k, v in caps.items() if k != "xla"})
     flags = [f for f in shlex.split(env.get("XLA_FLAGS", "")) if not f.startswith(XLA_FLAG)]
     env["XLA_FLAGS"] = " ".join([*flags, f"{XLA_FLAG}={caps['xla']}"])
-    env[INDUCTOR_CACHE] = capped_cache(env.get(INDUCTOR_CACHE), isa)
+    env[INDUCTOR_CACHE] = kernel_cache(env)
     return env
 
 

@@ -264,8 +264,7 @@ class PairedGate:
         mean and overruns the budget."""
         every = [t for times in self.turn_s.values() for t in _after_first(times)]
         fallback = float(np.mean(every)) if every else 0.0
-        return (_warm(self.start_s) + sum(_warm(self.group_s.get(g, [])) for g in {_group(i) for i in ids})
-                + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids))
+        return self._pair_overhead_s(ids) + sum(_warm(self.turn_s[i]) if self.turn_s.get(i) else fallback for i in ids)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -369,13 +368,6 @@ class PairedGate:
         the pace seen: each of the screen's least pairs' overhead, and one benchmark's confirmation."""
         return self.plan.min_pairs * self._pair_overhead_s(selection) + self._one_confirmation_s(selection)
 
-    def jobs_needed(self, selection: list[str], number: int) -> int | None:
-        """`jobs_for` the least run: what does not divide (`undivided_s`) every job pays; the rest,
-        the benchmarks' turns (the first pairs', cold ones included, and the screen's least pairs
-        still to come), divides between them."""
-        fixed = self.undivided_s(selection)
-        return jobs_for(self.elapsed() + self.least_run_s(selection, number) - fixed, fixed, self.budget_s)
-
     def _least_run_fits(self, selection: list[str], number: int) -> None:
         """After the first warm pair (pair 2: pair 1 pays for cold compiler caches): a --budget the
         least run cannot fit in is refused (OverBudget) rather than overrun; a default budget
@@ -391,14 +383,17 @@ class PairedGate:
                               f"selection: {pace}, which is its budget now")
             self.budget_s = least
             return
-        jobs, n = self.jobs_needed(selection, number), self.plan.shard[1]
+        # what does not divide every job pays; the rest, the benchmarks' turns (the first pairs', cold
+        # ones included, and the screen's least pairs still to come), divides between the jobs
+        fixed, n = self.undivided_s(selection), self.plan.shard[1]
+        jobs = jobs_for(least - fixed, fixed, self.budget_s)
         split = (f", or split it over at least {jobs} jobs of this budget (--shard 1/{jobs * n} ... "
                  f"{jobs * n}/{jobs * n}, one CI job each; more where many of its benchmarks change, as each one "
                  f"flagged is confirmed on {self.least_confirm_pairs(1)} fresh pairs or more), or by operator family "
                  "or mode (-m 'torch and forward and activation', -m 'torch and forward and not activation', ...)"
                  if jobs else f" (no share of it fits {self.plan.budget_s / 60:g} min: the workers' starts over the "
                  f"screen's {self.plan.min_pairs} pairs and one benchmark's confirmation alone take about "
-                 f"{self.undivided_s(selection) / 60:.1f} min)")
+                 f"{fixed / 60:.1f} min)")
         raise OverBudget(f"--budget {self.plan.budget_s / 60:g} min is too small for this selection: {pace}; give "
                          f"--budget {math.ceil(MARGIN * least / 60)}{split}; docs/usage/upgrade.md")
 
