@@ -420,6 +420,32 @@ def test_a_device_peak_is_reset_before_the_timed_rounds_and_says_where_it_cannot
     assert info["peak_device_scope"] == ("block" if resets else "process")
 
 
+@pytest.mark.parametrize("timed", [True, False])
+def test_a_whole_models_memory_is_released_before_timed_rounds_only(monkeypatch, timed):
+    """The full collection before a model's rounds serves its peak resident set, which only a timed run
+    records: a run with timing disabled (make test's checks) skips it, 0.35 s a model with the four
+    frameworks loaded."""
+    from opbench.harness import allocator
+    from opbench.suites import measure as measuring
+
+    events, original = [], measuring.setup
+
+    def whole(*args, **kwargs):
+        ready = original(*args, **kwargs)
+        call = ready.prepared.call
+        return dataclasses.replace(ready, prepared=dataclasses.replace(
+            ready.prepared, whole=True, call=lambda: events.append("call") or call()))
+
+    monkeypatch.setattr(measuring, "setup", whole)
+    monkeypatch.setattr(allocator, "release", lambda: events.append("release") or True)
+    bench = FakeBenchmark(1e-3 if timed else None)
+    bench.disabled = not timed
+    measure(bench, bound(NumpyBackend()))
+    # the timed round (one, faked) and the checked call after it; the check's first call came before the wrapping
+    assert events == (["release", "call", "call"] if timed else ["call", "call"])
+    assert ("peak_rss_bytes" in bench.extra_info) == timed
+
+
 def test_a_case_without_a_device_peak_saves_none():
     bench = FakeBenchmark()
     measure(bench, bound(NumpyBackend()))
