@@ -17,6 +17,14 @@ export OPBENCH_REFERENCE_CACHE ?= $(CURDIR)/.cache/references
 # make test on a 2-core host), kept in the project beside them: make test and make bench share them and
 # the next run reads them; make clean removes them. Compiling is never timed (warm-up and the check run first).
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
+# JAX's compiled programs, for the test targets only (make bench starts without them, as a user's process
+# does): eager JAX compiles every primitive at each new shape on its first use, and make test's two lanes
+# and its later processes compile many of the same (a set of eight activations and their gradients: 1.6 s
+# cold, 0.3 s read back, on the Xeon). JAX keys each by its version and XLA_FLAGS, so the AVX2-capped
+# leg (test-isa) and the NumPy 1.26 line's JAX keep their own; make clean removes them.
+TESTS := test test-units test-checks test-rest test-isa test-numpy1 test-full roofline-smoke
+$(TESTS): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/jax
+$(TESTS): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 # `make test` leaves JAX's VGG models and its eager training benchmarks to `make bench` (eager JAX
 # compiles every primitive on first use: about 3.5 minutes here; tests/frameworks/test_models.py still checks
 # eager training of mlp, lenet and lstm), and checks the distributed benchmarks on the MLP at 2 workers
