@@ -33,13 +33,17 @@ FIRST_FRAMEWORK = ("Adam betas swapped", "Adam made anew each call", "SGD with m
                    "AdamW for Adam", "update skipped once warm (Adam)", "update skipped once warm (SGD)",
                    "stale loss once warm", "Adam at 10x the rate once warm", "SGD update applied twice once warm",
                    "low-precision loss cast back", "last layer in float32 in training only")
+# ... and one of them only in make test-rest: SGD's update applied twice once warm trains ResNet-20 (18 s of
+# make test's unit lane cold on the Xeon, 2026-12-04), where the call after the timed rounds of an SGD step
+# is the MLP's in make test (update skipped once warm (SGD)), the same check of the same update
+REST_ONLY = ("SGD update applied twice once warm",)
 
 
 def _model_params():
     for m in mutants.MODEL_MUTANTS:
         for i, fw in enumerate(mutants.FRAMEWORKS):
             later = (m.profile != "quick" or (fw == "jax" and m.precision == "amp")
-                     or (m.name in FIRST_FRAMEWORK and i > 0))
+                     or (m.name in FIRST_FRAMEWORK and i > 0) or m.name in REST_ONLY)
             yield pytest.param(m, fw, id=f"{ids['ids'](m)}-{fw}", marks=pytest.mark.full if later else ())
 
 
