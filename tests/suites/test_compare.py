@@ -63,6 +63,8 @@ def test_a_nan_or_infinity_in_the_result_fails_however_the_reference_looks(bad):
     for got in (np.array([bad, 2.0, 3.0]), np.array([1.0, bad, 3.0])):
         with pytest.raises(CorrectnessError, match="NaN or infinity in the result"):
             compare("output", got.astype(np.float32), want, CASE, 5e-5)
+    assert ops.abs_error(np.array([1.0, bad]), np.array([1.0, 2.0])) == (None, float("inf"))
+    assert ops.abs_error(np.array([1.0, 2.0]), np.array([bad, 2.0])) == (None, float("inf"))
 
 
 def test_a_result_of_another_size_fails_with_both_shapes_and_a_scalar_in_any_shape_passes():

@@ -143,20 +143,7 @@ def compare(what: str, got: np.ndarray, want: np.ndarray, case: Case, tol: float
     element's share of its allowance goes to `used`. With an `excuse` (a known issue's regime),
     elements inside it may reach its bound: when only those are off, what they show goes to `known`
     instead of failing; one off outside it, or past its bound, fails as any other."""
-    # ops.max_error's verdict and value, from the one float64 difference the element checks read too (every
-    # benchmark's check runs this on each output: the passes over the arrays are its cost)
-    out = np.asarray(got, dtype=np.float64)
-    if out.size == want.size == 1:  # a scalar may come back as shape () or (1,)
-        out = out.reshape(want.shape)
-    diff = err = None
-    if out.shape == want.shape:
-        diff = np.empty(want.shape)
-        with np.errstate(invalid="ignore"):  # infinity less infinity: a NaN, which fails below as infinity does
-            np.subtract(out, want, out=diff)
-        np.abs(diff, out=diff)
-        err = float(np.max(diff)) if diff.size else 0.0
-    if err is None or not np.isfinite(err):  # a NaN or infinity in either side, or the wrong shape
-        err = float("inf")
+    diff, err = ops.abs_error(got, want)  # the one float64 difference the element checks read too
     where = ""
     if np.isfinite(err):
         limit = ops.allowed_error(want, case.dtype, tol, ops.rms(want) if floor is None else floor, absolute)
