@@ -57,7 +57,7 @@ QUICK ?= -k "$(QUICK_K)"
 # operator backward passes (each operator's backward is checked eagerly in every framework and compiled by
 # TensorFlow, XLA, MXNet and JAX, and torch.compile's training steps of the MLP and LeNet compile the
 # backward of dense, convolution, ReLU, pooling and the loss: gcc's 18 s of a cold cache on the Xeon,
-# 2026-12-04, about 40 on the Zen 3).
+# 2026-12-04, about 40 expected on the Zen 3).
 COMPILED_K := compile or graph or xla or hybridize
 LATER_K := vgg10 or (($(COMPILED_K)) and (resnet20 or lstm)) \
   or (data_parallel and not (ddp or mirrored or kvstore-sync)) \
