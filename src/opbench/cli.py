@@ -10,6 +10,7 @@ stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -80,10 +81,22 @@ def cmd_compare(args) -> int:
     return _compare_and_print(resolve(args.baseline, args.storage), resolve(args.candidate, args.storage), args)
 
 
-def _workdir(args) -> Path:
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="opbench-upgrade-"))
-    writable_folder(workdir, "--workdir")
-    return workdir
+@contextlib.contextmanager
+def _workdir(args):
+    """The gate's working folder: --workdir, kept whole for reuse, or a new temporary one that
+    keeps only the results once the command ends, however it ends."""
+    from opbench.regression import envs
+
+    if args.workdir:
+        writable_folder(Path(args.workdir), "--workdir")
+        yield Path(args.workdir)
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="opbench-upgrade-"))
+    try:
+        yield workdir
+    finally:
+        kill_all()  # an interrupted gate's workers run from these environments
+        envs.tidy(workdir)
 
 
 def cmd_upgrade_check(args) -> int:
@@ -94,15 +107,15 @@ def cmd_upgrade_check(args) -> int:
         raise ResultsError("--runs counts the process design's runs: add --design process, or leave it out")
     if args.design == "process" and args.shard != (1, 1):
         raise ResultsError("--shard splits the paired design's selection: leave out --design process")
-    workdir = _workdir(args)
-    if args.design == "paired":
-        pythons = envs.make_envs(args.baseline, args.candidate, workdir, strict=args.strict_env)
-        return _paired(pythons, ({}, {}), args, workdir)
-    runs = args.runs or DEFAULT_RUNS
-    base_files, cand_files = process.run_gate(args.baseline, args.candidate, args.pytest_args, runs, workdir,
-                                              strict_env=args.strict_env)
-    print(f"results in {base_files[0].parent}")
-    return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
+    with _workdir(args) as workdir:
+        if args.design == "paired":
+            pythons = envs.make_envs(args.baseline, args.candidate, workdir, strict=args.strict_env)
+            return _paired(pythons, ({}, {}), args, workdir)
+        runs = args.runs or DEFAULT_RUNS
+        base_files, cand_files = process.run_gate(args.baseline, args.candidate, args.pytest_args, runs, workdir,
+                                                  strict_env=args.strict_env)
+        print(f"results in {base_files[0].parent}")
+        return _compare_and_print([load_run(p) for p in base_files], [load_run(p) for p in cand_files], args)
 
 
 def cmd_ab(args) -> int:
@@ -111,7 +124,8 @@ def cmd_ab(args) -> int:
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise ResultsError(f"{option} {path}: not an executable interpreter")
         pythons.append(path)
-    return _paired(pythons, (dict(args.baseline_env), dict(args.candidate_env)), args, _workdir(args))
+    with _workdir(args) as workdir:
+        return _paired(pythons, (dict(args.baseline_env), dict(args.candidate_env)), args, workdir)
 
 
 def _paired(pythons: list[str], envs: tuple[dict, dict], args, workdir: Path) -> int:
@@ -289,7 +303,8 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--design", choices=("process", "paired"), default="paired",
                     help="paired: interleaved trials between two live workers; process: K whole runs per side, "
                          "ABBA (default %(default)s: docs/explanation/paired-gate.md has the measurements)")
-    up.add_argument("--workdir", help="where environments and results go (default: a new temporary folder)")
+    up.add_argument("--workdir", help="where environments, caches and results go, kept for the next run (default: a "
+                                      "new temporary folder that keeps only the results)")
     up.add_argument("--strict-env", action="store_true",
                     help="stop when installing a side changes a package it did not name, or leaves one unsatisfied")
     up.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
@@ -312,7 +327,8 @@ def parser() -> argparse.ArgumentParser:
     for side in ("baseline", "candidate"):
         ab.add_argument(f"--{side}-env", type=_assignment, action="append", default=[], metavar="NAME=VALUE",
                         help=f"an environment variable for the {side}'s worker (repeatable)")
-    ab.add_argument("--workdir", help="where results and worker logs go (default: a new temporary folder)")
+    ab.add_argument("--workdir", help="where caches, results and worker logs go, kept for the next run (default: a "
+                                      "new temporary folder that keeps only the results and logs)")
     ab.add_argument("pytest_args", nargs="*", help="pytest arguments after '--' (e.g. benchmarks/ops -m gemm)")
     _gate_options(ab)
     _paired_options(ab)

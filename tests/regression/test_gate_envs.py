@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,3 +104,59 @@ def test_pip_failing_is_one_error(tmp_path, monkeypatch):
 
     with pytest.raises(ResultsError, match="pip could not install jax==99"):
         envs.make_env(tmp_path / "env", ["jax==99"], run, "candidate")
+
+
+def _fake_envs(tmp_path, monkeypatch, run):
+    """Environments that are folders holding 1 MB, pip and pytest faked by `run`, and the temporary
+    folder under tmp_path."""
+    def create(self, folder):
+        Path(folder, "lib").mkdir(parents=True, exist_ok=True)
+        Path(folder, "lib", "torch.so").write_bytes(b"\0" * 1_000_000)
+
+    monkeypatch.setattr(envs.venv.EnvBuilder, "create", create)
+    monkeypatch.setattr(upgrade.subprocess, "run", run)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_temporary_workdir_keeps_only_the_results_however_the_gate_ends(tmp_path, monkeypatch, capsys, strict):
+    """Each gate without --workdir used to leave both environments (5.3 GB for a torch upgrade) in
+    the temporary folder, run after run, until the disk was full. It keeps its results now, and
+    a gate that stopped before any result (here --strict-env) leaves nothing."""
+    run, calls = _fake_pip(tmp_path, REPORT if strict else {}, "")
+    _fake_envs(tmp_path, monkeypatch, run)
+    code = cli.main(["upgrade-check", "--candidate", "jax==0.10.2", "jaxlib==0.10.2", "--design", "process",
+                     "--runs", "1", *(["--strict-env"] if strict else []), "--", "benchmarks/ops"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2  # strict: the install changed NumPy; else the faked pytest saved no result
+    left = list((tmp_path / "tmp").iterdir())
+    assert err[-2].startswith("opbench: removed env-baseline, env-candidate (2 MB) from ")
+    assert err[-2].endswith("; give --workdir to keep them for reuse")
+    assert err[-1].startswith("opbench: error: ")  # the error stays the last line
+    if strict:
+        assert left == [] and not any("pytest" in c for c in calls)
+    else:
+        assert "saved no result" in err[-1]
+        assert len(left) == 1 and [p.name[:8] for p in left[0].iterdir()] == ["results-"]
+
+
+def test_a_chosen_workdir_keeps_its_environments_for_the_next_run(tmp_path, monkeypatch, capsys):
+    run, _ = _fake_pip(tmp_path, {}, "")
+    _fake_envs(tmp_path, monkeypatch, run)
+    code = cli.main(["upgrade-check", "--candidate", "jax==0.10.2", "--design", "process", "--runs", "1",
+                     "--workdir", str(tmp_path / "w"), "--", "benchmarks/ops"])
+    assert code == 2 and "removed" not in capsys.readouterr().err
+    assert (tmp_path / "w" / "env-candidate" / "lib" / "torch.so").is_file()
+    assert (tmp_path / "w" / "env-baseline").is_dir() and not list((tmp_path / "tmp").iterdir())
+
+
+def test_tidy_says_what_it_freed(tmp_path, capsys):
+    for name in ("env-baseline", "caches/references", "results-1"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "env-baseline" / "big").write_bytes(b"\0" * 2_600_000)
+    (tmp_path / "caches" / "references" / "ref").write_bytes(b"\0" * 500_000)
+    envs.tidy(tmp_path)
+    assert capsys.readouterr().err == (f"opbench: removed env-baseline, caches (3 MB) from {tmp_path}; "
+                                       "give --workdir to keep them for reuse\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["results-1"]

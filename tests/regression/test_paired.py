@@ -287,6 +287,36 @@ def run_fake(tmp_path, world, **plan) -> PairedGate:
     return gate
 
 
+def test_a_runs_own_caches_go_with_it_and_the_shared_ones_stay(tmp_path, monkeypatch):
+    """TensorFlow's XLA executables serve one run of the gate (paired.TF_XLA_CACHE): a --workdir
+    that every CI job reuses would otherwise gather a folder of them per run. The caches shared
+    across runs (the float64 references, JAX's executables) stay for the next run."""
+    from opbench.regression import paired
+
+    made = []
+
+    def gate(sides, pytest_args, folder, plan, rule_for):
+        for side in sides:  # what TensorFlow writes where the gate sends it, and the shared caches
+            xla = Path(side.env["TF_XLA_FLAGS"].split(f"{paired.TF_XLA_CACHE}=")[1].split()[0])
+            for where in (xla, Path(side.env["JAX_COMPILATION_CACHE_DIR"]), Path(side.env["OPBENCH_REFERENCE_CACHE"])):
+                where.mkdir(parents=True, exist_ok=True)
+                (where / "entry").write_bytes(b"1")
+            made.append(xla)
+        FakeWorker.started, FakeWorker.order = [], []
+        return PairedGate(sides, pytest_args, folder, plan, rule_for, progress=lambda line: None,
+                          spawn=lambda *a: FakeWorker({"baseline": {}, "candidate": {}}, *a))
+
+    monkeypatch.setattr(paired, "PairedGate", gate)
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    for _ in range(2):
+        result, folder = paired.run([sys.executable] * 2, [{}, {}], ["benchmarks"], Plan(**SMALL),
+                                    lambda name: Rule(), tmp_path)
+        assert [r.verdict for r in result.rows] == ["unchanged"] * 3 and (folder / "paired.json").is_file()
+    assert len(made) == 4 and not any(xla.exists() for xla in made)
+    assert sorted(p.name for p in (tmp_path / "caches").iterdir()) == ["baseline", "candidate", "references"]
+    assert (tmp_path / "caches" / "references" / "entry").is_file()
+
+
 def test_each_side_observes_its_threads_and_prepares_alone(tmp_path):
     """Side by side, each worker's calibration GEMMs crowd the other's CPUs (JAX's team of two
     looked like three threads beside the baseline's worker): the sides look one after the other, once

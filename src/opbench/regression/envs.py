@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -140,3 +141,37 @@ def fresh_folder(workdir: Path) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(tempfile.mkdtemp(prefix=f"results-{stamp}-", dir=workdir))
 
+
+
+# What an invocation leaves in its workdir beside its results: both sides' environments (each a
+# full install of the named requirements, 2-3 GB for a torch) and the caches (float64 references,
+# JAX's and TensorFlow's executables).
+BUILT = ("env-baseline", "env-candidate", "caches")
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for file in path.rglob("*"):
+        try:
+            if file.is_file() and not file.is_symlink():
+                total += file.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def tidy(workdir: Path) -> None:
+    """Remove the environments and caches from a workdir that opbench made for this invocation
+    alone (no --workdir): nobody can reuse them there, and every run left another few GB in the
+    temporary folder. The results stay, and a folder left with none is removed whole."""
+    workdir = Path(workdir)
+    built = [workdir / name for name in BUILT if (workdir / name).exists()]
+    size = sum(_size(path) for path in built)
+    for path in built:
+        shutil.rmtree(path, ignore_errors=True)
+    if workdir.is_dir() and not any(workdir.iterdir()):
+        workdir.rmdir()
+    if built:
+        amount = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
+        print(f"opbench: removed {', '.join(p.name for p in built)} ({amount}) from "
+              f"{workdir}; give --workdir to keep them for reuse", file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ the rules in; the saved comparison out (`opbench ab`, and `opbench upgrade-check
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def run(pythons: Sequence[str], envs: Sequence[Mapping[str, str]], pytest_args: 
     except KeyboardInterrupt:
         decisions.save(gate, folder, complete=False)
         raise Interrupted(decisions.comparison(gate), folder) from None
+    finally:  # TensorFlow's XLA executables serve this run only (TF_XLA_CACHE): a reused --workdir keeps none
+        shutil.rmtree(run_caches(workdir, folder.name), ignore_errors=True)
     decisions.save(gate, folder)
     return decisions.comparison(gate), folder
 
@@ -90,7 +93,7 @@ def side_env(side: str, env: Mapping[str, str], workdir: Path, run: str = "") ->
     torch.compile's kernels in its cap's folder (opbench.harness.isa), unless its own entries name one:
     with one folder for both, a gate of the AVX2 path against the uncapped one would be served the
     other side's kernels, wrong or crashing."""
-    caches = Path(workdir).resolve() / "caches"
+    caches = run_caches(workdir)
     out = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env}
     if not openmp.wait_settings(out):
         out.update(IDLE_SPIN)
@@ -102,8 +105,13 @@ def side_env(side: str, env: Mapping[str, str], workdir: Path, run: str = "") ->
         out[isa.INDUCTOR_CACHE] = kernels  # torch.compile's kernel keys leave out the vector ISA
     flags = out.get("TF_XLA_FLAGS", "")
     if run and TF_XLA_CACHE not in flags:
-        out["TF_XLA_FLAGS"] = f"{flags} {TF_XLA_CACHE}={caches / run / side / 'tf-xla'}".strip()
+        out["TF_XLA_FLAGS"] = f"{flags} {TF_XLA_CACHE}={run_caches(workdir, run) / side / 'tf-xla'}".strip()
     return out
+
+
+def run_caches(workdir: Path, run: str = "") -> Path:
+    """The gate's caches under `workdir`, or the folder of those that serve one `run` alone."""
+    return Path(workdir).resolve() / "caches" / run
 
 
 class Interrupted(KeyboardInterrupt):
