@@ -122,7 +122,7 @@ def _fake_envs(tmp_path, monkeypatch, run):
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_temporary_workdir_keeps_only_the_results_however_the_gate_ends(tmp_path, monkeypatch, capsys, strict):
     """Each gate without --workdir used to leave both environments (5.3 GB for a torch upgrade) in
-    the temporary folder, run after run, until the disk was full. It keeps its results now, and
+    the temporary folder, run after run. It keeps its results now, and
     a gate that stopped before any result (here --strict-env) leaves nothing."""
     run, calls = _fake_pip(tmp_path, REPORT if strict else {}, "")
     _fake_envs(tmp_path, monkeypatch, run)
