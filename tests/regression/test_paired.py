@@ -307,7 +307,8 @@ def test_a_runs_own_caches_go_with_it_and_the_shared_ones_stay(tmp_path, monkeyp
                           spawn=lambda *a: FakeWorker({"baseline": {}, "candidate": {}}, *a))
 
     monkeypatch.setattr(paired, "PairedGate", gate)
-    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    for name in ("TF_XLA_FLAGS", *paired.CACHES, *paired.SIDE_CACHES):  # make test sets the caches it keeps
+        monkeypatch.delenv(name, raising=False)
     for _ in range(2):
         result, folder = paired.run([sys.executable] * 2, [{}, {}], ["benchmarks"], Plan(**SMALL),
                                     lambda name: Rule(), tmp_path)
