@@ -26,6 +26,10 @@ from pathlib import Path
 
 from opbench.results.store import ResultsError
 
+# The folders a workdir holds beside its results: each side's environment, and the gate's caches
+ENV_FOLDERS = {"baseline": "env-baseline", "candidate": "env-candidate"}
+CACHES_FOLDER = "caches"
+
 
 @dataclass(frozen=True)
 class Change:
@@ -131,8 +135,8 @@ def make_envs(baseline: list[str], candidate: list[str], workdir: Path, runner=N
     print(f"opbench upgrade-check: building two environments in {workdir}, each this interpreter's packages "
           f"and its own requirements (baseline: {' '.join(baseline) or 'none'}; candidate: {' '.join(candidate)})",
           file=sys.stderr, flush=True)
-    return [str(make_env(workdir / "env-baseline", baseline, runner, "baseline", strict)),
-            str(make_env(workdir / "env-candidate", candidate, runner, "candidate", strict))]
+    return [str(make_env(workdir / ENV_FOLDERS[side], requirements, runner, side, strict))
+            for side, requirements in (("baseline", baseline), ("candidate", candidate))]
 
 
 def fresh_folder(workdir: Path) -> Path:
@@ -142,11 +146,10 @@ def fresh_folder(workdir: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"results-{stamp}-", dir=workdir))
 
 
-
 # What an invocation leaves in its workdir beside its results: both sides' environments (each a
 # full install of the named requirements, 2-3 GB for a torch) and the caches (float64 references,
-# JAX's and TensorFlow's executables).
-BUILT = ("env-baseline", "env-candidate", "caches")
+# JAX's and TensorFlow's executables: opbench.regression.paired).
+BUILT = (*ENV_FOLDERS.values(), CACHES_FOLDER)
 
 
 def _size(path: Path) -> int:

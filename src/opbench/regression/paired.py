@@ -12,7 +12,7 @@ from opbench.harness import isa, openmp
 from opbench.regression import decisions
 from opbench.regression import intervals as ps
 from opbench.regression.coordinator import SIDES, OverBudget, PairedGate, Plan, Side
-from opbench.regression.envs import fresh_folder
+from opbench.regression.envs import CACHES_FOLDER, fresh_folder
 from opbench.results.compare import Comparison
 from opbench.results.stats import Rule
 from opbench.results.store import ResultsError
@@ -111,7 +111,7 @@ def side_env(side: str, env: Mapping[str, str], workdir: Path, run: str = "") ->
 
 def run_caches(workdir: Path, run: str = "") -> Path:
     """The gate's caches under `workdir`, or the folder of those that serve one `run` alone."""
-    return Path(workdir).resolve() / "caches" / run
+    return Path(workdir).resolve() / CACHES_FOLDER / run
 
 
 class Interrupted(KeyboardInterrupt):
