@@ -36,10 +36,10 @@ def bind(case: Case, request: pytest.FixtureRequest, state) -> Bound:
         pytest.skip(admission.unavailable)
     issue = admission.issue
     if issue:
-        # an entry with a regime is met only by a result off inside it (KnownDeviation): one off
-        # elsewhere or further fails; strict where the entry was seen, an XPASS said elsewhere
+        # an entry with a regime (or a signature) is met only by a result off inside it (or showing it):
+        # KnownDeviation; one off elsewhere or further fails; strict where the entry was seen, an XPASS said elsewhere
         version = admission.backend.version()
-        raises = NotCompiled if issue.not_compiled else prepared.KnownDeviation if issue.regime else \
+        raises = NotCompiled if issue.not_compiled else prepared.KnownDeviation if issue.behaviour else \
             prepared.CorrectnessError
         request.node.add_marker(pytest.mark.xfail(reason=held_to(issue, case.framework, version), raises=raises,
                                                   strict=issue.seen(version)))

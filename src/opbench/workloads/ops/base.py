@@ -33,6 +33,15 @@ SMALLEST_NORMAL = {"float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-
 COND_ULPS = 8
 
 
+class CheckFailed(AssertionError):
+    """An operator's own check (`OpSpec.check`) refused a result; `error` is how far it was, in the
+    check's own measure."""
+
+    def __init__(self, message: str, error: float) -> None:
+        super().__init__(message)
+        self.error = error
+
+
 @dataclass(frozen=True)
 class Arg:
     """One operator input. `kind` says how backends may lay it out: "plain" arrays are never

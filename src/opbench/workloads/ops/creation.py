@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from opbench.core.case import dims_label
-from opbench.workloads.ops.base import Arg, OpSpec, normal, register, shape_strategy
+from opbench.workloads.ops.base import Arg, CheckFailed, OpSpec, normal, register, shape_strategy
 
 SHAPES = {
     "quick": ({"shape": (256, 1024)},),
@@ -45,7 +45,7 @@ def check_normal(p, host_inputs, out: np.ndarray) -> float:
     errors of 0 and 1, and the distribution's shape: the Kolmogorov-Smirnov distance to the normal
     CDF within the Dvoretzky-Kiefer-Wolfowitz bound sqrt(ln(2 / a) / 2n) at a = FALSE_REJECTION
     (uniform x sqrt(3) or +-1 samples have the right moments and fail here). Returns the largest
-    of the deviations."""
+    of the deviations (CheckFailed carries it where the samples fail)."""
     shape = tuple(p["shape"])
     out = np.asarray(out, dtype=np.float64)  # moments of 16-bit samples overflow in 16 bits
     if out.shape != shape or not np.all(np.isfinite(out)):
@@ -53,13 +53,15 @@ def check_normal(p, host_inputs, out: np.ndarray) -> float:
     n = out.size
     mean_err = abs(float(out.mean()))
     std_err = abs(float(out.std()) - 1.0)
-    if n > 1 and (mean_err > 6 / np.sqrt(n) or std_err > 6 / np.sqrt(2 * n) + 0.01):
-        raise AssertionError(f"not standard normal: mean {out.mean():.4f}, std {out.std():.4f} over {n} samples")
     distance, bound = ks_distance(out), math.sqrt(math.log(2 / FALSE_REJECTION) / (2 * n))
+    deviation = max(mean_err, std_err, distance)
+    if n > 1 and (mean_err > 6 / np.sqrt(n) or std_err > 6 / np.sqrt(2 * n) + 0.01):
+        raise CheckFailed(f"not standard normal: mean {out.mean():.4f}, std {out.std():.4f} over {n} samples",
+                          deviation)
     if distance > bound:
-        raise AssertionError(f"not normally distributed: Kolmogorov-Smirnov distance {distance:.4f} > "
-                             f"{bound:.4f} over {n} samples")
-    return max(mean_err, std_err, distance)
+        raise CheckFailed(f"not normally distributed: Kolmogorov-Smirnov distance {distance:.4f} > "
+                          f"{bound:.4f} over {n} samples", deviation)
+    return deviation
 
 
 for _name, _shapes, _as_list, _notes in (
