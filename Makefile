@@ -171,24 +171,37 @@ test-checks: venv netns-tools
 
 # What `make test` leaves to its second run, which CI runs after it: the unit tests marked `full` and the
 # quick benchmarks' second variants (LATER_K above); `make test` and `make test-rest` together are
-# `make test-full` but its amp cases beyond MLP, LeNet and ResNet-20 and its models beyond the quick list.
+# `make test-full` but its amp cases beyond MLP, LeNet and ResNet-20 and its models beyond the quick list. It
+# also checks the quick operators in bfloat16 (`--dtype bfloat16`, 1.4 minutes on the Xeon), which no other
+# target runs uncapped.
 test-rest: venv browser netns-tools
 	$(PYTEST) tests -q -p no:cacheprovider $(QUICK) -m full
 	$(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider -k "$(QUICK_K) and ($(LATER_K))" $(CONVERGENCE_QUICK)
+	$(PYTEST) benchmarks/ops --benchmark-disable -q -p no:cacheprovider --dtype bfloat16 $(QUICK)
 	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_REST)
 	$(MAKE) --no-print-directory roofline-smoke SMOKE_M="(gemm or conv2d) and backward"
 
 # The AVX2 code paths on an AVX-512 host: the model and operator checks (and the proof that each cap
 # takes effect) with oneDNN, ATen and inductor, MKL, OpenBLAS and XLA held to AVX2 kernels
-# (src/opbench/harness/isa.py). On a CPU without AVX-512 those are its own kernels, which `make test`
-# has just run, so the leg says so and stops. CI runs it after `make test`.
-ISA_RUN := $(BIN)/python -m opbench.harness.isa avx2
+# (src/opbench/harness/isa.py). Then, on a host with AVX-512 BF16 or AMX, the bfloat16 paths of the older
+# AVX-512 CPUs, each where this one is newer: `avx512` (Skylake-SP to Ice Lake Xeons, where oneDNN emulates
+# bfloat16) and `avx512_bf16` (Zen 4 and 5: bfloat16 dot products without AMX). Their float32 kernels are the
+# ones `make test` ran (oneDNN's are avx512_core at every AVX-512 level), so those legs check bfloat16:
+# every layer kind under amp (tests/frameworks/test_precision.py), every quick operator in bfloat16 and the
+# MLP's, LeNet's and ResNet-20's amp steps. A cap that changes nothing on this CPU says why and is skipped (`--lowers`): on an
+# AVX2-only CPU `make test` ran its own kernels. CI runs it after `make test`.
+ISA := $(BIN)/python -m opbench.harness.isa
+ISA_BF16_TESTS = $(ISA) $(1) $(PYTEST) tests/frameworks/test_precision.py -q -p no:cacheprovider $(UNIT_QUICK) && \
+  $(ISA) $(1) $(PYTEST) benchmarks/ops --benchmark-disable -q -p no:cacheprovider --dtype bfloat16 $(QUICK) && \
+  $(ISA) $(1) $(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_ARGS) \
+    "(lenet or mlp or resnet20) and not (jax and eager and training)"
 test-isa: venv
-	@if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
-	  $(ISA_RUN) $(PYTEST) tests/harness/test_isa_caps.py tests/frameworks/test_models.py -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK) && \
-	  $(ISA_RUN) $(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider $(QUICK) $(CONVERGENCE_QUICK) && \
-	  $(ISA_RUN) $(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK); \
-	else echo "make test-isa: this CPU has no AVX-512, so its own kernels are the AVX2 ones: make test ran them"; fi
+	@if $(ISA) --lowers avx2; then \
+	  $(ISA) avx2 $(PYTEST) tests/harness/test_isa_caps.py tests/frameworks/test_models.py -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK) && \
+	  $(ISA) avx2 $(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider $(QUICK) $(CONVERGENCE_QUICK) && \
+	  $(ISA) avx2 $(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK); fi
+	@if $(ISA) --lowers avx512; then $(call ISA_BF16_TESTS,avx512); fi
+	@if $(ISA) --lowers avx512_bf16; then $(call ISA_BF16_TESTS,avx512_bf16); fi
 
 roofline-smoke: venv
 	$(PYTEST) benchmarks/ops -q -p no:cacheprovider $(SMOKE) --benchmark-min-rounds=3 \

@@ -2,7 +2,9 @@
 subprocess under the caps of opbench.harness.isa (tests/harness/test_isa_caps.py). Prints one
 JSON object: the ISA names the library's own reports carry (oneDNN's verbose ISA line and kernel
 names, ATen's capability and inductor's vector ISA, OpenBLAS's core type) and, for XLA, the
-vector instructions in the object code it compiled (dumped with --xla_dump_to)."""
+vector instructions in the object code it compiled (dumped with --xla_dump_to). A second
+argument names the type: `float32` (the default) or `bfloat16`, the paths of the avx512 and
+avx512_bf16 caps."""
 
 from __future__ import annotations
 
@@ -16,11 +18,42 @@ from pathlib import Path
 
 
 def _xla_instructions(dump: str) -> dict[str, int]:
-    """FMA instructions and 512-bit registers in every object file XLA wrote to `dump`."""
+    """FMA instructions, 512-bit registers, AVX-512 BF16 instructions and AMX instructions in every
+    object file XLA wrote to `dump`."""
     text = "".join(subprocess.run(["objdump", "-d", str(o)], capture_output=True, text=True, check=True).stdout
                    for o in Path(dump).glob("*.o"))
     return {"objects": len(list(Path(dump).glob("*.o"))), "fma": len(re.findall(r"\bvfn?m(add|sub)", text)),
-            "zmm": len(re.findall(r"%zmm", text))}
+            "zmm": len(re.findall(r"%zmm", text)), "bf16": len(re.findall(r"\bv(dpbf16ps|cvtne2?ps2bf16)\b", text)),
+            "amx": len(re.findall(r"\b(tdp\w+|ldtilecfg|tileloadd\w*)\b", text))}
+
+
+def probe_bfloat16(library: str, dump: str) -> dict:
+    """A convolution and a matrix product in bfloat16 (oneDNN's in PyTorch and TensorFlow), and one
+    compiled by XLA with bfloat16 arithmetic after it (JAX, TensorFlow's jit_compile)."""
+    if library == "torch":
+        import torch
+
+        torch.nn.functional.conv2d(torch.ones(8, 16, 32, 32, dtype=torch.bfloat16),
+                                   torch.ones(32, 16, 3, 3, dtype=torch.bfloat16))
+        a = torch.ones(64, 64, dtype=torch.bfloat16)
+        a @ a
+        return {}
+    if library == "tensorflow":
+        import tensorflow as tf
+
+        tf.nn.conv2d(tf.ones((8, 32, 32, 16), tf.bfloat16), tf.ones((3, 3, 16, 32), tf.bfloat16), 1, "VALID").numpy()
+        a = tf.ones((64, 64), tf.bfloat16)
+        tf.matmul(a, a).numpy()
+        tf.function(lambda a: tf.matmul(a, a) * a + a, jit_compile=True)(a).numpy()
+        return {"xla": _xla_instructions(dump)}
+    if library == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        a = jnp.ones((64, 64), jnp.bfloat16)
+        jax.block_until_ready(jax.jit(lambda a: (a @ a) * a + a)(a))
+        return {"xla": _xla_instructions(dump)}
+    raise SystemExit(f"no bfloat16 probe for {library}")
 
 
 def probe(library: str, dump: str) -> dict:
@@ -65,4 +98,5 @@ if __name__ == "__main__":
         # XLA must compile what is read here: a program JAX reads back from its persistent cache (make's test
         # targets keep one, keyed without the dump folder) writes no object code to read
         os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-        print(json.dumps(probe(sys.argv[1], dump)), flush=True)
+        run = {"float32": probe, "bfloat16": probe_bfloat16}[(sys.argv[2:] or ["float32"])[0]]
+        print(json.dumps(run(sys.argv[1], dump)), flush=True)

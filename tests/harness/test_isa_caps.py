@@ -1,8 +1,9 @@
 """The instruction-set caps take effect, read from each library itself (tests/isa_probe.py in a
 subprocess): capped below this CPU at AVX, which every FMA host exceeds, no library runs a kernel
 of a newer set, so the switches work on whatever host runs this; capped at AVX2 on an AVX-512
-host (make test-isa), none runs an AVX-512 kernel. MKL's verbose line names no instruction set on
-AMD CPUs, so its cap is set but not shown here."""
+host (make test-isa), none runs an AVX-512 kernel; capped at AVX512 or AVX512_BF16 on a host with
+AVX-512 BF16 or AMX, bfloat16 runs on the older CPUs' kernels. MKL's verbose line names no
+instruction set on AMD CPUs, so its cap is set but not shown here."""
 
 from __future__ import annotations
 
@@ -27,9 +28,19 @@ ONEDNN = {"avx": "Intel AVX", "avx2": "Intel AVX2"}
 ATEN = {"avx": ("DEFAULT", "INVALID_VEC_ISA"), "avx2": ("AVX2", "avx2")}
 OPENBLAS = {"avx": "Sandybridge", "avx2": "Haswell"}
 LIBRARIES = ("torch", "mxnet", "tensorflow", "jax", "numpy")
+# The bfloat16 caps: oneDNN's ISA line and the suffix of its bfloat16 kernels (PyTorch, TensorFlow), the
+# kernels it must not run, and the instructions XLA must not emit (JAX; TensorFlow's XLA emitted no bfloat16
+# or AMX instruction even uncapped on the Xeon). MXNet computes no bfloat16 on the CPU, and NumPy's
+# reference is float64.
+BF16_ONEDNN = {"avx512": ("Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions", ":avx512_core"),
+               "avx512_bf16": ("Intel AVX-512 with Intel DL Boost and bfloat16 support", ":avx512_core_bf16")}
+BF16_NEWER = {"avx512": (("avx512_core_bf16", "avx512_core_fp16", "amx", "avx10"), ("bf16", "amx")),
+              "avx512_bf16": (("avx512_core_fp16", "amx", "avx10"), ("amx",))}
+_KERNEL = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,[^,]*,([^,]*),", re.M)
+_ISA_LINE = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?info,cpu,isa:(.+?)\s*$", re.M)
 
 
-def _probe(library: str, cap: str) -> tuple[dict, str]:
+def _probe(library: str, cap: str, dtype: str = "float32") -> tuple[dict, str]:
     if library != "numpy":
         try:
             frameworks.load(library)
@@ -39,7 +50,7 @@ def _probe(library: str, cap: str) -> tuple[dict, str]:
         pytest.skip("objdump (binutils) is needed to read XLA's object code")
     env = isa.environment(cap, {**os.environ, "ONEDNN_VERBOSE": "1", "DNNL_VERBOSE": "1",
                                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])})
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "isa_probe.py"), library], env=env, cwd=ROOT,
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "isa_probe.py"), library, dtype], env=env, cwd=ROOT,
                           check=False, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr + done.stdout
@@ -47,11 +58,11 @@ def _probe(library: str, cap: str) -> tuple[dict, str]:
 
 def _check(library: str, cap: str) -> None:
     seen, log = _probe(library, cap)
-    kernels = re.findall(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,[^,]*,([^,]*),", log, re.M)
+    kernels = _KERNEL.findall(log)
     newer = [k for k in kernels if any(n in k.lower() for n in NEWER[cap])]
     assert not newer, f"{library} under the {cap} cap ran {sorted(set(newer))}"
     if library in ("torch", "mxnet", "tensorflow"):
-        said = set(re.findall(r"^(?:onednn|dnnl)_verbose,(?:v1,)?info,cpu,isa:(.+?)\s*$", log, re.M))
+        said = set(_ISA_LINE.findall(log))
         assert said == {ONEDNN[cap]}, f"{library}'s oneDNN says {said or 'nothing'}, not {ONEDNN[cap]}"
     if library in ("torch", "mxnet"):
         assert kernels, f"{library} ran no oneDNN kernel to read"
@@ -78,6 +89,27 @@ def test_the_avx2_caps_take_effect_on_an_avx512_host(library):
     _check(library, "avx2")
 
 
+@pytest.mark.parametrize("cap", ["avx512", "avx512_bf16"])
+@pytest.mark.parametrize("library", ["torch", "tensorflow", "jax"])
+def test_the_bfloat16_caps_take_effect(library, cap):
+    """oneDNN's bfloat16 kernels are the older CPUs' (emulated with AVX-512 integer instructions under
+    avx512, AVX-512 BF16 dot products without AMX under avx512_bf16), and XLA emits no newer instruction."""
+    if not isa.lowers(cap):
+        pytest.skip(f"the {cap} cap changes nothing here: {isa.unchanged(cap)}")
+    seen, log = _probe(library, cap, "bfloat16")
+    newer_kernels, newer_instructions = BF16_NEWER[cap]
+    kernels = _KERNEL.findall(log)
+    newer = [k for k in kernels if any(n in k.lower() for n in newer_kernels)]
+    assert not newer, f"{library} under the {cap} cap ran {sorted(set(newer))}"
+    if library in ("torch", "tensorflow"):
+        said, suffix = BF16_ONEDNN[cap]
+        assert set(_ISA_LINE.findall(log)) == {said}, f"{library}'s oneDNN says {set(_ISA_LINE.findall(log))}"
+        assert any(k.endswith(suffix) for k in kernels), f"{library} ran no {suffix} kernel: {sorted(set(kernels))}"
+    if library in ("jax", "tensorflow"):
+        xla = seen["xla"]
+        assert xla["objects"] and not any(xla[n] for n in newer_instructions), xla
+
+
 def test_the_caps_environment_and_what_a_run_records():
     env = isa.environment("avx2", {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_force_host_platform_device_count=2"})
     assert env["ONEDNN_MAX_CPU_ISA"] == env["DNNL_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
@@ -88,12 +120,45 @@ def test_the_caps_environment_and_what_a_run_records():
         isa.environment("sse9")
 
 
+ZEN3 = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse avx fma avx2\n"
+ICELAKE = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx fma avx2 avx512f avx512dq avx512bw avx512vl avx512_vnni\n"
+ZEN4 = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx fma avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16\n"
+SAPPHIRE_RAPIDS = ICELAKE.replace("avx512_vnni", "avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 amx_tile")
+
+
+@pytest.mark.parametrize(("cpuinfo", "lowered"), [
+    pytest.param(ZEN3, {"avx"}, id="zen3"),
+    pytest.param(ICELAKE, {"avx", "avx2"}, id="icelake"),
+    pytest.param(ZEN4, {"avx", "avx2", "avx512"}, id="zen4"),
+    pytest.param(SAPPHIRE_RAPIDS, {"avx", "avx2", "avx512", "avx512_bf16"}, id="sapphire-rapids"),
+])
+def test_a_cap_lowers_only_a_cpu_above_it(cpuinfo, lowered):
+    """Each cap runs where the CPU has its level and something newer, so `make test-isa` checks every
+    older path a host can stand in for, and says why it skips the others."""
+    assert {cap for cap in isa.CAPS if isa.lowers(cap, cpuinfo)} == lowered
+    assert "lacks avx512_bf16" in isa.unchanged("avx512_bf16", ICELAKE)
+    assert "nothing newer than AVX512" in isa.unchanged("avx512", ICELAKE)
+
+
+def test_the_command_line_says_whether_a_cap_lowers_this_cpu():
+    run = [sys.executable, "-m", "opbench.harness.isa"]
+    done = subprocess.run([*run, "--lowers", "avx2"], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == (0 if isa.lowers("avx2") else 1), done.stdout + done.stderr
+    why = isa.unchanged("avx2")
+    assert done.stdout == (f"the AVX2 cap changes nothing here: {why}\n" if why else "")
+    bad = subprocess.run([*run, "--lowers", "sse9"], check=False, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage:"), bad.stderr
+
+
 def test_a_capped_process_keeps_torch_compiles_kernels_beside_the_uncapped_ones():
     env = isa.environment("avx2", {isa.INDUCTOR_CACHE: "/work/.cache/inductor/"})
     assert env[isa.INDUCTOR_CACHE] == "/work/.cache/inductor-avx2"
     assert isa.environment("avx", env)[isa.INDUCTOR_CACHE] == "/work/.cache/inductor-avx"  # not inductor-avx2-avx
     assert isa.environment("avx2", env) == env
     assert isa.environment("avx2", {})[isa.INDUCTOR_CACHE].endswith("torchinductor_opbench-avx2")
+    # both AVX-512 caps leave ATen (so inductor) at avx512: they compile the same kernels, in one folder
+    assert isa.environment("avx512_bf16", env)[isa.INDUCTOR_CACHE] == "/work/.cache/inductor-avx512"
+    assert isa.environment("avx512", env)[isa.INDUCTOR_CACHE] == "/work/.cache/inductor-avx512"
 
 
 # torch.compile's kernels, compared with eager torch, in a fresh process (the kernel cache is on disk)

@@ -1,5 +1,8 @@
 """Instruction-set caps: run every library's AVX2 kernels on a host with AVX-512, so that one
-machine checks the code paths of the common AVX2-only CI runner as well as its own.
+machine checks the code paths of the common AVX2-only CI runner as well as its own; and, on a host
+with AVX-512 BF16 or AMX, the bfloat16 paths of the older AVX-512 CPUs: `avx512` (Skylake-SP to Ice
+Lake Xeons, the Intel CI runners of the large clouds: oneDNN emulates bfloat16 with AVX-512 integer
+instructions) and `avx512_bf16` (AMD Zen 4 and 5, Cooper Lake: bfloat16 dot products without AMX).
 
 Each library that picks kernels by the CPU has its own switch, read when it loads:
 
@@ -10,7 +13,8 @@ Each library that picks kernels by the CPU has its own switch, read when it load
 - OpenBLAS (NumPy, the reference): OPENBLAS_CORETYPE;
 - XLA (JAX, TensorFlow's jit_compile): the --xla_cpu_max_isa flag in XLA_FLAGS.
 
-`environment` adds them to an environment, with torch.compile's kernel cache in a folder of the
+`lowers` says whether a cap holds this CPU back at all (the CPU has the cap's own level and
+something newer). `environment` adds them to an environment, with torch.compile's kernel cache in a folder of the
 cap's own (INDUCTOR_CACHE); `python -m opbench.harness.isa avx2 CMD...` runs a command under them.
 Whether each cap took effect is read from the library itself (tests/harness/test_isa_caps.py:
 oneDNN's verbose ISA line and kernel names, ATen's capability, OpenBLAS's core type, the FMA
@@ -33,9 +37,25 @@ from opbench.harness.roofline import read_cpu
 CAPS: dict[str, dict[str, str]] = {
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
              "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell", "xla": "AVX2"},
+    # ATen has no finer level than avx512, and torch.compile's C++ kernels, under it, still pick this CPU's
+    # bfloat16 conversions and AMX flags (inductor's VecAMX); OpenBLAS serves NumPy's float64 reference, whose
+    # kernels are the same on every AVX-512 CPU (SkylakeX)
+    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "DNNL_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OPENBLAS_CORETYPE": "SkylakeX", "xla": "AVX512"},
+    "avx512_bf16": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                    "ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512_E3",
+                    "OPENBLAS_CORETYPE": "SkylakeX", "xla": "AVX512_BF16"},
     # below every FMA host: what the tests use to show a cap takes effect on any x86 machine
     "avx": {"ONEDNN_MAX_CPU_ISA": "AVX", "DNNL_MAX_CPU_ISA": "AVX", "ATEN_CPU_CAPABILITY": "default",
             "MKL_ENABLE_INSTRUCTIONS": "AVX", "OPENBLAS_CORETYPE": "Sandybridge", "xla": "AVX"},
+}
+# The /proc/cpuinfo flags of each cap's own level, and those of the newer sets it holds back: a cap lowers
+# a CPU's kernels where the CPU has all of the first and any of the second.
+LEVELS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "avx": (frozenset({"avx"}), frozenset({"avx2", "avx512f"})),
+    "avx2": (frozenset({"avx2", "fma"}), frozenset({"avx512f"})),
+    "avx512": (frozenset({"avx512f", "avx512dq", "avx512bw", "avx512vl"}), frozenset({"avx512_bf16", "amx_bf16"})),
+    "avx512_bf16": (frozenset({"avx512_bf16"}), frozenset({"amx_bf16"})),
 }
 XLA_FLAG = "--xla_cpu_max_isa"
 VARIABLES = tuple(k for k in CAPS["avx2"] if k != "xla")
@@ -77,7 +97,9 @@ def kernel_cache(env: Mapping[str, str]) -> str | None:
     aten = env.get("ATEN_CPU_CAPABILITY")
     if not aten:
         return None
-    named = {caps["ATEN_CPU_CAPABILITY"]: isa for isa, caps in CAPS.items()}
+    named: dict[str, str] = {}
+    for isa, caps in CAPS.items():  # avx512 and avx512_bf16 share ATen's level, so inductor's kernels: one folder
+        named.setdefault(caps["ATEN_CPU_CAPABILITY"], isa)
     return capped_cache(env.get(INDUCTOR_CACHE), named.get(aten, aten.lower()))
 
 
@@ -96,14 +118,42 @@ def host_has_avx512(cpuinfo: str | None = None) -> bool:
     return "avx512f" in read_cpu(cpuinfo).flags
 
 
+def unchanged(isa: str, cpuinfo: str | None = None) -> str | None:
+    """Why a cap at `isa` leaves this CPU's (or a recorded /proc/cpuinfo's) kernels as they are: it
+    lacks the cap's own level, or has nothing newer; None where the cap lowers them."""
+    own, newer = LEVELS[isa]
+    flags = read_cpu(cpuinfo).flags
+    if not own <= flags:
+        return f"this CPU lacks {', '.join(sorted(own - flags))}, the {isa.upper()} cap's own level"
+    if not newer & flags:
+        return f"this CPU has nothing newer than {isa.upper()} ({' or '.join(sorted(newer))}): its kernels are these"
+    return None
+
+
+def lowers(isa: str, cpuinfo: str | None = None) -> bool:
+    """Whether a cap at `isa` holds this CPU (or a recorded /proc/cpuinfo) to older kernels than its own."""
+    return unchanged(isa, cpuinfo) is None
+
+
+USAGE = (f"usage: python -m opbench.harness.isa {{{','.join(CAPS)}}} COMMAND [ARGS...]\n"
+         f"       python -m opbench.harness.isa --lowers {{{','.join(CAPS)}}}")
+
+
 def main(argv: list[str]) -> int:
-    """`python -m opbench.harness.isa ISA CMD...`: run CMD with every library capped at ISA."""
+    """`python -m opbench.harness.isa ISA CMD...`: run CMD with every library capped at ISA.
+    `--lowers ISA`: exit 0 where that cap holds this CPU back, else 1 with the reason on one line."""
+    if len(argv) == 2 and argv[0] == "--lowers" and argv[1] in CAPS:
+        why = unchanged(argv[1])
+        if why:
+            print(f"the {argv[1].upper()} cap changes nothing here: {why}")
+        return 1 if why else 0
     if len(argv) < 2 or argv[0] not in CAPS:
-        print(f"usage: python -m opbench.harness.isa {{{','.join(CAPS)}}} COMMAND [ARGS...]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     env = environment(argv[0])
     caps = " ".join(f"{k}={v}" for k, v in in_force(env).items())
-    note = "" if host_has_avx512() else " (this CPU has no AVX-512: its own kernels are already these)"
+    why = unchanged(argv[0])
+    note = f" ({why})" if why else ""
     print(f"ISA capped at {argv[0].upper()}{note}: {caps}; torch.compile's kernels in {env[INDUCTOR_CACHE]}",
           flush=True)
     try:
