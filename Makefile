@@ -172,7 +172,7 @@ test-checks: venv netns-tools
 # What `make test` leaves to its second run, which CI runs after it: the unit tests marked `full` and the
 # quick benchmarks' second variants (LATER_K above); `make test` and `make test-rest` together are
 # `make test-full` but its amp cases beyond MLP, LeNet and ResNet-20 and its models beyond the quick list. It
-# also checks the quick operators in bfloat16 (`--dtype bfloat16`, 1.4 minutes on the Xeon), which no other
+# also checks the quick operators in bfloat16 (`--dtype bfloat16`, 1.4-1.6 minutes on the Xeon), which no other
 # target runs uncapped.
 test-rest: venv browser netns-tools
 	$(PYTEST) tests -q -p no:cacheprovider $(QUICK) -m full

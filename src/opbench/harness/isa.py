@@ -14,8 +14,8 @@ Each library that picks kernels by the CPU has its own switch, read when it load
 - XLA (JAX, TensorFlow's jit_compile): the --xla_cpu_max_isa flag in XLA_FLAGS.
 
 `lowers` says whether a cap holds this CPU back at all (the CPU has the cap's own level and
-something newer). `environment` adds them to an environment, with torch.compile's kernel cache in a folder of the
-cap's own (INDUCTOR_CACHE); `python -m opbench.harness.isa avx2 CMD...` runs a command under them.
+something newer). `environment` adds them to an environment, with torch.compile's kernel cache in
+a folder of the cap's own (INDUCTOR_CACHE); `python -m opbench.harness.isa avx2 CMD...` runs a command under them.
 Whether each cap took effect is read from the library itself (tests/harness/test_isa_caps.py:
 oneDNN's verbose ISA line and kernel names, ATen's capability, OpenBLAS's core type, the FMA
 instructions in XLA's object code); MKL's verbose line names no instruction set on AMD CPUs, so
@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--lowers" and argv[1] in CAPS:
         why = unchanged(argv[1])
         if why:
-            print(f"the {argv[1].upper()} cap changes nothing here: {why}")
+            print(f"the {argv[1].upper()} cap changes nothing here: {why}, which make test runs")
         return 1 if why else 0
     if len(argv) < 2 or argv[0] not in CAPS:
         print(USAGE, file=sys.stderr)
