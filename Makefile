@@ -76,8 +76,9 @@ CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
 # framework by tests/frameworks/test_precision.py;
 # `make test-rest` checks the MLP's and ResNet-20's, and `make bench` checks and times every mode and model.
 AMP_ARGS := --precision amp --mode eager,jit -k
-AMP_QUICK ?= $(AMP_ARGS) "lenet and not (jax and eager and training)"
-AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and not (jax and eager and training)"
+AMP_NOT := not (jax and eager and training)
+AMP_QUICK ?= $(AMP_ARGS) "lenet and $(AMP_NOT)"
+AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and $(AMP_NOT)"
 
 # The roofline on the host at hand: the largest quick GEMM and the larger quick conv2d (stride 1), every
 # installed framework and mode, timed (a few rounds, nothing saved): none may exceed the ceiling derived
@@ -188,13 +189,13 @@ test-rest: venv browser netns-tools
 # bfloat16) and `avx512_bf16` (Zen 4 and 5: bfloat16 dot products without AMX). Their float32 kernels are the
 # ones `make test` ran (oneDNN's are avx512_core at every AVX-512 level), so those legs check bfloat16:
 # every layer kind under amp (tests/frameworks/test_precision.py), every quick operator in bfloat16 and the
-# MLP's, LeNet's and ResNet-20's amp steps. A cap that changes nothing on this CPU says why and is skipped (`--lowers`): on an
-# AVX2-only CPU `make test` ran its own kernels. CI runs it after `make test`.
+# MLP's, LeNet's and ResNet-20's amp steps. A cap that changes nothing on this CPU says why and is skipped
+# (`--lowers`): on an AVX2-only CPU `make test` ran its own kernels. CI runs it after `make test`.
 ISA := $(BIN)/python -m opbench.harness.isa
 ISA_BF16_TESTS = $(ISA) $(1) $(PYTEST) tests/frameworks/test_precision.py -q -p no:cacheprovider $(UNIT_QUICK) && \
   $(ISA) $(1) $(PYTEST) benchmarks/ops --benchmark-disable -q -p no:cacheprovider --dtype bfloat16 $(QUICK) && \
   $(ISA) $(1) $(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_ARGS) \
-    "(lenet or mlp or resnet20) and not (jax and eager and training)"
+    "(lenet or mlp or resnet20) and $(AMP_NOT)"
 test-isa: venv
 	@if $(ISA) --lowers avx2; then \
 	  $(ISA) avx2 $(PYTEST) tests/harness/test_isa_caps.py tests/frameworks/test_models.py -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK) && \

@@ -113,11 +113,6 @@ def in_force(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return found
 
 
-def host_has_avx512(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU (or a recorded /proc/cpuinfo) has AVX-512: without it, the avx2 caps change nothing."""
-    return "avx512f" in read_cpu(cpuinfo).flags
-
-
 def unchanged(isa: str, cpuinfo: str | None = None) -> str | None:
     """Why a cap at `isa` leaves this CPU's (or a recorded /proc/cpuinfo's) kernels as they are: it
     lacks the cap's own level, or has nothing newer; None where the cap lowers them."""
