@@ -4,10 +4,11 @@ JSON object: the ISA names the library's own reports carry (oneDNN's verbose ISA
 names, ATen's capability and inductor's vector ISA, OpenBLAS's core type) and, for XLA, the
 vector instructions in the object code it compiled (dumped with --xla_dump_to). A second
 argument names the type: `float32` (the default) or `bfloat16`, the paths of the avx512 and
-avx512_bf16 caps."""
+avx512_bf16 caps; or `features`, TensorFlow's answers to its CPU-feature questions."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -56,6 +57,24 @@ def probe_bfloat16(library: str, dump: str) -> dict:
     raise SystemExit(f"no bfloat16 probe for {library}")
 
 
+def probe_features(library: str, dump: str) -> dict:
+    """TensorFlow's CPU-feature answers by TSL's numbers: its own library's (`own`), those its callers get
+    (`asked`: the first definition in the process's global scope, which LD_PRELOAD puts first; its own
+    otherwise), and whether its oneDNN operations are on (`onednn_ops`)."""
+    if library != "tensorflow":
+        raise SystemExit(f"no CPU-feature probe for {library}")
+    import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port
+
+    name = "_ZN3tsl4port14TestCPUFeatureENS0_10CPUFeatureE"
+    own = getattr(ctypes.CDLL(os.path.join(os.path.dirname(tf.__file__), "libtensorflow_framework.so.2")), name)
+    asked = getattr(ctypes.CDLL(None), name, own)
+    for f in (own, asked):
+        f.restype, f.argtypes = ctypes.c_bool, [ctypes.c_int]
+    return {"own": [bool(own(i)) for i in range(64)], "asked": [bool(asked(i)) for i in range(64)],
+            "onednn_ops": bool(_pywrap_util_port.IsMklEnabled())}
+
+
 def probe(library: str, dump: str) -> dict:
     if library == "torch":
         import torch
@@ -98,5 +117,6 @@ if __name__ == "__main__":
         # XLA must compile what is read here: a program JAX reads back from its persistent cache (make's test
         # targets keep one, keyed without the dump folder) writes no object code to read
         os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-        run = {"float32": probe, "bfloat16": probe_bfloat16}[(sys.argv[2:] or ["float32"])[0]]
+        probes = {"float32": probe, "bfloat16": probe_bfloat16, "features": probe_features}
+        run = probes[(sys.argv[2:] or ["float32"])[0]]
         print(json.dumps(run(sys.argv[1], dump)), flush=True)

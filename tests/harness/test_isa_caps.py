@@ -114,11 +114,62 @@ def test_the_bfloat16_caps_take_effect(library, cap):
         assert xla["objects"] and not any(xla[n] for n in newer_instructions), xla
 
 
-def test_the_caps_environment_and_what_a_run_records():
+# TSL's numbers for CPU features whose /proc/cpuinfo flags Linux prints, at and after each cap's first hidden one
+TSL_FLAGS = {27: "avx512f", 38: "avx512_vnni", 39: "avx512_bf16", 40: "avx_vnni", 41: "amx_tile", 43: "amx_bf16",
+             44: "avx512_fp16"}
+
+
+@pytest.mark.parametrize("cap", list(isa.TSL_HIDDEN_FROM))
+def test_tensorflow_asks_the_cpu_a_cap_stands_for(cap):
+    """The caps hide TensorFlow's CPU features by TSL's numbers (isa.TSL_HIDDEN_FROM): its own answers
+    for those numbers are this CPU's flags of those names. Under a cap its callers hear "no" for every
+    feature from the cap's first hidden one on and its own answer below it; under the AVX2 cap its
+    oneDNN operations are off, as on an AVX2 CPU (TensorFlow turns them on by default only with
+    AVX-512 VNNI, AVX-512 BF16, AVX-VNNI or AMX)."""
+    if not isa.lowers(cap):
+        pytest.skip(f"the {cap} cap changes nothing here: {isa.unchanged(cap)}")
+    seen, _ = _probe("tensorflow", cap, "features")
+    flags = read_cpu().flags
+    assert {n: seen["own"][n] for n in TSL_FLAGS} == {n: flag in flags for n, flag in TSL_FLAGS.items()}
+    first = isa.TSL_HIDDEN_FROM[cap]
+    assert any(seen["own"][first:]), "the cap lowers this CPU, so TensorFlow has a feature to hide"
+    assert seen["asked"][:first] == seen["own"][:first] and not any(seen["asked"][first:]), seen
+    if cap == "avx2":
+        assert seen["onednn_ops"] is False
+
+
+@pytest.mark.skipif(not isa.lowers("avx2"), reason=f"the avx2 cap changes nothing here: {isa.unchanged('avx2')}")
+def test_tensorflow_computes_bfloat16_under_the_avx2_cap_as_an_avx2_cpu_does():
+    """On an AVX2 CPU TensorFlow computes bfloat16 with Eigen (over oneDNN's float32 sgemm); told this
+    CPU's AVX-512 it sent bfloat16 to oneDNN, which has no AVX2 bfloat16 convolution (AbortedError)."""
+    _, log = _probe("tensorflow", "avx2", "bfloat16")
+    ran = re.findall(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,.*$", log, re.M)
+    assert ran and not [line for line in ran if "bf16" in line], ran
+    assert any(",gemm_api," in line for line in ran), ran
+
+
+def test_the_caps_environment_and_what_a_run_records(tmp_path, monkeypatch):
     env = isa.environment("avx2", {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_force_host_platform_device_count=2"})
     assert env["ONEDNN_MAX_CPU_ISA"] == env["DNNL_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
     assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2 --xla_cpu_max_isa=AVX2"
     assert isa.in_force(env)["XLA_FLAGS"] == "--xla_cpu_max_isa=AVX2" and isa.in_force({}) == {}
+    # TensorFlow's CPU-feature library, first in LD_PRELOAD and once, and its switch, recorded where both are set
+    assert env["LD_PRELOAD"] == isa.tsl_shim() and isa.in_force(env)[isa.TSL_HIDDEN] == "27"
+    assert isa.environment("avx512", {"LD_PRELOAD": "/lib/a.so"})["LD_PRELOAD"] == f"{isa.tsl_shim()} /lib/a.so"
+    assert isa.environment("avx2", env) == env and isa.TSL_HIDDEN not in isa.in_force({isa.TSL_HIDDEN: "27"})
+    below = isa.environment("avx", {**env, "LD_PRELOAD": f"{env['LD_PRELOAD']}:/lib/a.so"})
+    assert isa.TSL_HIDDEN not in below and below["LD_PRELOAD"] == "/lib/a.so"
+    # without a compiler TensorFlow answers for this CPU, and nothing claims otherwise
+    isa.tsl_shim.cache_clear()
+    monkeypatch.setattr(isa.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
+    try:
+        bare = isa.environment("avx2", {})
+        assert "LD_PRELOAD" not in bare and isa.TSL_HIDDEN not in bare and bare["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+        with pytest.raises(isa.ShimUnavailable, match="could not build"):
+            isa.tsl_shim()
+    finally:
+        isa.tsl_shim.cache_clear()
     assert isa.lowers("avx2", "flags\t: fpu avx2 fma avx512f\n") and not isa.lowers("avx2", "flags\t: fpu avx2 fma\n")
     with pytest.raises(ValueError, match="unknown instruction set"):
         isa.environment("sse9")

@@ -11,7 +11,13 @@ Each library that picks kernels by the CPU has its own switch, read when it load
 - ATen's vectorised kernels and torch.compile's C++ kernels (inductor): ATEN_CPU_CAPABILITY;
 - MKL (PyTorch's BLAS): MKL_ENABLE_INSTRUCTIONS;
 - OpenBLAS (NumPy, the reference): OPENBLAS_CORETYPE;
-- XLA (JAX, TensorFlow's jit_compile): the --xla_cpu_max_isa flag in XLA_FLAGS.
+- XLA (JAX, TensorFlow's jit_compile): the --xla_cpu_max_isa flag in XLA_FLAGS;
+- TensorFlow's own choice of kernels, which it makes from CPUID, not from oneDNN's capped level: its
+  oneDNN operations are on by default only where the CPU has AVX-512 VNNI, AVX-512 BF16, AVX-VNNI or
+  AMX (else Eigen's kernels run, over oneDNN's sgemm), and bfloat16 goes to oneDNN wherever it has
+  AVX-512F. A small library loaded with LD_PRELOAD (tsl_cpu_features.c, built once with the C
+  compiler torch.compile uses) answers TensorFlow's CPU-feature questions as a CPU at the cap would,
+  the features TSL numbers from OPBENCH_TSL_HIDDEN_FROM on answered "no" (TSL_HIDDEN_FROM).
 
 `lowers` says whether a cap holds this CPU back at all (the CPU has the cap's own level and
 something newer). `environment` adds them to an environment, with torch.compile's kernel cache in
@@ -25,26 +31,42 @@ process runs under, for the fingerprint of a saved run.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import shlex
+import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 from opbench.harness.roofline import read_cpu
 
+# The first feature of TSL's CPUFeature enumeration (tsl/platform/cpu_info.h, whose numbers are fixed) that a
+# CPU at each cap lacks, and every later one: AVX512F (27) on an AVX2 CPU (Zen 3, Haswell to Alder Lake);
+# AVX512_BF16 (39) on Skylake-SP to Ice Lake; AVX_VNNI (40: AMX, AVX512_FP16, AVX_NE_CONVERT follow it) on
+# Zen 4. The avx cap (the tests' cap below every host, float32 only) leaves TensorFlow's answers alone: the
+# features it lacks (AVX2, FMA, F16C, BMI...) are not one range of the enumeration.
+TSL_HIDDEN_FROM = {"avx2": 27, "avx512": 39, "avx512_bf16": 40}
+TSL_HIDDEN = "OPBENCH_TSL_HIDDEN_FROM"
+TSL_SHIM = "tsl_cpu_features"
 # The value each library's switch takes for an instruction set.
 CAPS: dict[str, dict[str, str]] = {
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell", "xla": "AVX2"},
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell", "xla": "AVX2",
+             TSL_HIDDEN: str(TSL_HIDDEN_FROM["avx2"])},
     # ATen has no finer level than avx512, and torch.compile's C++ kernels, under it, still pick this CPU's
     # bfloat16 conversions and AMX flags (inductor's VecAMX); OpenBLAS serves NumPy's float64 reference, whose
     # kernels are the same on every AVX-512 CPU (SkylakeX)
     "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "DNNL_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
-               "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OPENBLAS_CORETYPE": "SkylakeX", "xla": "AVX512"},
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OPENBLAS_CORETYPE": "SkylakeX", "xla": "AVX512",
+               TSL_HIDDEN: str(TSL_HIDDEN_FROM["avx512"])},
     "avx512_bf16": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16",
                     "ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512_E3",
-                    "OPENBLAS_CORETYPE": "SkylakeX", "xla": "AVX512_BF16"},
+                    "OPENBLAS_CORETYPE": "SkylakeX", "xla": "AVX512_BF16",
+                    TSL_HIDDEN: str(TSL_HIDDEN_FROM["avx512_bf16"])},
     # below every FMA host: what the tests use to show a cap takes effect on any x86 machine
     "avx": {"ONEDNN_MAX_CPU_ISA": "AVX", "DNNL_MAX_CPU_ISA": "AVX", "ATEN_CPU_CAPABILITY": "default",
             "MKL_ENABLE_INSTRUCTIONS": "AVX", "OPENBLAS_CORETYPE": "Sandybridge", "xla": "AVX"},
@@ -69,16 +91,59 @@ INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 
 def environment(isa: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) with every library capped at `isa`; an XLA
-    flag already in XLA_FLAGS is replaced, the others kept."""
+    flag already in XLA_FLAGS is replaced, the others kept, and the TensorFlow CPU-feature library
+    first in LD_PRELOAD (where a C compiler built it; else TensorFlow is left to answer for this CPU)."""
     if isa not in CAPS:
         raise ValueError(f"unknown instruction set {isa!r}; valid: {', '.join(CAPS)}")
     env = dict(os.environ if base is None else base)
     caps = CAPS[isa]
+    for name in VARIABLES:  # a cap over another keeps none of the other's switches
+        env.pop(name, None)
     env.update({k: v for k, v in caps.items() if k != "xla"})
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split()
+               if not os.path.basename(p).startswith(TSL_SHIM)]
+    if TSL_HIDDEN in caps:
+        try:
+            preload.insert(0, tsl_shim())
+        except ShimUnavailable:
+            del env[TSL_HIDDEN]  # TensorFlow answers for this CPU: in_force does not claim otherwise
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+    else:
+        env.pop("LD_PRELOAD", None)
     flags = [f for f in shlex.split(env.get("XLA_FLAGS", "")) if not f.startswith(XLA_FLAG)]
     env["XLA_FLAGS"] = " ".join([*flags, f"{XLA_FLAG}={caps['xla']}"])
     env[INDUCTOR_CACHE] = kernel_cache(env)
     return env
+
+
+class ShimUnavailable(RuntimeError):
+    """No C compiler built tsl_cpu_features.c: TensorFlow answers for this CPU, not for the cap."""
+
+
+@functools.cache
+def tsl_shim() -> str:
+    """The built TensorFlow CPU-feature library (tsl_cpu_features.c), compiled once per source into a
+    folder of this user's in the temporary folder, with $CC, cc or gcc."""
+    source = Path(__file__).with_name(f"{TSL_SHIM}.c")
+    compiler = shlex.split(os.environ.get("CC", "")) or [c for c in (shutil.which("cc"), shutil.which("gcc")) if c][:1]
+    if not compiler:
+        raise ShimUnavailable("no C compiler (cc, gcc or $CC) to build the TensorFlow CPU-feature library")
+    folder = Path(tempfile.gettempdir()) / f"opbench-isa-{os.getuid()}"
+    built = folder / f"{TSL_SHIM}-{hashlib.sha256(source.read_bytes()).hexdigest()[:16]}.so"
+    if not built.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = built.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            done = subprocess.run([*compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(source), "-ldl"],
+                                  check=False, capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ShimUnavailable(f"{compiler[0]} could not build {source.name}: {exc}") from None
+        if done.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise ShimUnavailable(f"{compiler[0]} could not build {source.name}: {done.stderr.strip()[-300:]}")
+        os.replace(partial, built)  # whole or absent, for processes building it side by side
+    return str(built)
 
 
 def capped_cache(folder: str | None, isa: str) -> str:
@@ -107,6 +172,8 @@ def in_force(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The caps set in `env` (default: this process's), by variable: empty on an uncapped run."""
     env = os.environ if env is None else env
     found = {k: env[k] for k in VARIABLES if env.get(k)}
+    if not any(os.path.basename(p).startswith(TSL_SHIM) for p in env.get("LD_PRELOAD", "").replace(":", " ").split()):
+        found.pop(TSL_HIDDEN, None)  # the variable alone hides nothing
     xla = [f.split("=", 1)[1] for f in shlex.split(env.get("XLA_FLAGS", "")) if f.startswith(f"{XLA_FLAG}=")]
     if xla:
         found["XLA_FLAGS"] = f"{XLA_FLAG}={xla[-1]}"
@@ -147,6 +214,11 @@ def main(argv: list[str]) -> int:
         return 2
     env = environment(argv[0])
     caps = " ".join(f"{k}={v}" for k, v in in_force(env).items())
+    if TSL_HIDDEN in CAPS[argv[0]] and TSL_HIDDEN not in env:
+        try:
+            tsl_shim()
+        except ShimUnavailable as exc:
+            print(f"TensorFlow still sees this CPU's features, not the cap's: {exc}", file=sys.stderr, flush=True)
     why = unchanged(argv[0])
     note = f" ({why})" if why else ""
     print(f"ISA capped at {argv[0].upper()}{note}: {caps}; torch.compile's kernels in {env[INDUCTOR_CACHE]}",
