@@ -153,13 +153,26 @@ class TensorflowBackend(Backend):
             "version": tf.__version__,
             "cuda": build.get("cuda_version"),
             "cudnn": build.get("cudnn_version"),
-            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+            "onednn": _onednn_operations(),
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
             # graph mode runs independent kernels side by side on the inter-op pool, each on the
             # intra-op pool: `threads` (observed on one GEMM) is the intra-op count
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         }
+
+
+def _onednn_operations() -> str:
+    """Whether TensorFlow's oneDNN operations are on in this process, as TensorFlow decided: by
+    TF_ENABLE_ONEDNN_OPTS, else by the CPU (on by default only with AVX-512 VNNI, AVX-512 BF16,
+    AVX-VNNI or AMX; elsewhere, an AVX2 CPU among them, Eigen's kernels run)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        on = _pywrap_util_port.IsMklEnabled()
+    except (ImportError, AttributeError):  # a TensorFlow without it: what was asked, marked as such
+        return f"asked {os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')}"
+    return "on" if on else "off"
 
 
 def _spatial(p, pair):
