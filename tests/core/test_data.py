@@ -19,6 +19,15 @@ def test_bfloat16_rounding_ties_to_even():
     np.testing.assert_array_equal(inputs.round_bfloat16(values), expected)
 
 
+def test_low_precision_host_copies_keep_the_shape():
+    """A scalar stays a scalar (a dot product's cotangent: as a 1-element vector, PyTorch's and JAX's
+    backward refused it, so the bfloat16 dot was never checked)."""
+    for shape in ((), (1,), (3, 1, 2)):
+        a = np.ones(shape, np.float32) * np.float32(1.3)
+        for dtype in ("bfloat16", "float16", "float32"):
+            assert inputs.host_array(a, dtype).shape == shape
+
+
 def test_host_array_dtypes():
     a = np.linspace(-1, 1, 7, dtype=np.float32)
     assert inputs.host_array(a, "float16").dtype == np.float16

@@ -24,7 +24,8 @@ def round_bfloat16(a: np.ndarray) -> np.ndarray:
     """Round float32 values to the nearest bfloat16 (ties to even), kept as float32."""
     bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return rounded.astype(np.uint32).view(np.float32)
+    # ascontiguousarray makes a scalar 1-D: the shape is a's (a dot product's cotangent is a scalar)
+    return rounded.astype(np.uint32).view(np.float32).reshape(np.shape(a))
 
 
 def host_array(a: np.ndarray, dtype: str) -> np.ndarray:
