@@ -186,6 +186,8 @@ def _pool(kind, p, x):
 
 
 def _batch_norm(p, x, gamma, beta):
+    if x.dtype != tf.float32:  # the fused kernel takes a half-precision input's scale and offset in float32
+        gamma, beta = tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
     y, _, _ = tf.compat.v1.nn.fused_batch_norm(
         x, gamma, beta, epsilon=p["eps"], data_format=p["layout"], is_training=True
     )
