@@ -45,7 +45,7 @@ from pathlib import Path
 from opbench.harness.roofline import read_cpu
 
 # The first feature of TSL's CPUFeature enumeration (tsl/platform/cpu_info.h, whose numbers are fixed) that a
-# CPU at each cap lacks, and every later one: AVX512F (27) on an AVX2 CPU (Zen 3, Haswell to Alder Lake);
+# CPU at each cap lacks, and every later one: AVX512F (27) on an AVX2 CPU (Zen 2 and 3, Haswell to Comet Lake);
 # AVX512_BF16 (39) on Skylake-SP to Ice Lake; AVX_VNNI (40: AMX, AVX512_FP16, AVX_NE_CONVERT follow it) on
 # Zen 4. The avx cap (the tests' cap below every host, float32 only) leaves TensorFlow's answers alone: the
 # features it lacks (AVX2, FMA, F16C, BMI...) are not one range of the enumeration.
