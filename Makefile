@@ -182,9 +182,11 @@ test-rest: venv browser netns-tools
 	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_REST)
 	$(MAKE) --no-print-directory roofline-smoke SMOKE_M="(gemm or conv2d) and backward"
 
-# The AVX2 code paths on an AVX-512 host: the model and operator checks (and the proof that each cap
-# takes effect) with oneDNN, ATen and inductor, MKL, OpenBLAS and XLA held to AVX2 kernels
-# (src/opbench/harness/isa.py). Then, on a host with AVX-512 BF16 or AMX, the bfloat16 paths of the older
+# The AVX2 code paths on an AVX-512 host: the unit tests of the frameworks' numerics (every layer kind,
+# edge regime and model mutant, and the proof that each cap takes effect), the model and operator checks,
+# every quick operator in bfloat16 and the amp steps below, with oneDNN, ATen and inductor, MKL, OpenBLAS
+# and XLA held to AVX2 kernels and TensorFlow told it runs on an AVX2 CPU (src/opbench/harness/isa.py:
+# there its oneDNN operations are off and Eigen computes, bfloat16 included). Then, on a host with AVX-512 BF16 or AMX, the bfloat16 paths of the older
 # AVX-512 CPUs, each where this one is newer: `avx512` (Skylake-SP to Ice Lake Xeons, where oneDNN emulates
 # bfloat16) and `avx512_bf16` (Zen 4 and 5: bfloat16 dot products without AMX). Their float32 kernels are the
 # ones `make test` ran (oneDNN's are avx512_core at every AVX-512 level), so those legs check bfloat16:
@@ -192,15 +194,17 @@ test-rest: venv browser netns-tools
 # MLP's, LeNet's and ResNet-20's amp steps. A cap that changes nothing on this CPU says why and is skipped
 # (`--lowers`): on an AVX2-only CPU `make test` ran its own kernels. CI runs it after `make test`.
 ISA := $(BIN)/python -m opbench.harness.isa
-ISA_BF16_TESTS = $(ISA) $(1) $(PYTEST) tests/frameworks/test_precision.py -q -p no:cacheprovider $(UNIT_QUICK) && \
-  $(ISA) $(1) $(PYTEST) benchmarks/ops --benchmark-disable -q -p no:cacheprovider --dtype bfloat16 $(QUICK) && \
+ISA_BF16_CHECKS = $(ISA) $(1) $(PYTEST) benchmarks/ops --benchmark-disable -q -p no:cacheprovider --dtype bfloat16 $(QUICK) && \
   $(ISA) $(1) $(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_ARGS) \
     "(lenet or mlp or resnet20) and $(AMP_NOT)"
+ISA_BF16_TESTS = $(ISA) $(1) $(PYTEST) tests/frameworks/test_precision.py -q -p no:cacheprovider $(UNIT_QUICK) && \
+  $(call ISA_BF16_CHECKS,$(1))
 test-isa: venv
 	@if $(ISA) --lowers avx2; then \
-	  $(ISA) avx2 $(PYTEST) tests/harness/test_isa_caps.py tests/frameworks/test_models.py -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK) && \
+	  $(ISA) avx2 $(PYTEST) tests/harness/test_isa_caps.py tests/frameworks tests/plugin/test_mutants.py -q -p no:cacheprovider \
+	    $(QUICK) $(UNIT_QUICK) && \
 	  $(ISA) avx2 $(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider $(QUICK) $(CONVERGENCE_QUICK) && \
-	  $(ISA) avx2 $(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK); fi
+	  $(call ISA_BF16_CHECKS,avx2); fi
 	@if $(ISA) --lowers avx512; then $(call ISA_BF16_TESTS,avx512); fi
 	@if $(ISA) --lowers avx512_bf16; then $(call ISA_BF16_TESTS,avx512_bf16); fi
 
