@@ -100,8 +100,7 @@ def environment(isa: str, base: Mapping[str, str] | None = None) -> dict[str, st
     for name in VARIABLES:  # a cap over another keeps none of the other's switches
         env.pop(name, None)
     env.update({k: v for k, v in caps.items() if k != "xla"})
-    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split()
-               if not os.path.basename(p).startswith(TSL_SHIM)]
+    preload = [p for p in _preloaded(env) if not _is_shim(p)]
     if TSL_HIDDEN in caps:
         try:
             preload.insert(0, tsl_shim())
@@ -115,6 +114,15 @@ def environment(isa: str, base: Mapping[str, str] | None = None) -> dict[str, st
     env["XLA_FLAGS"] = " ".join([*flags, f"{XLA_FLAG}={caps['xla']}"])
     env[INDUCTOR_CACHE] = kernel_cache(env)
     return env
+
+
+def _preloaded(env: Mapping[str, str]) -> list[str]:
+    """The libraries LD_PRELOAD names (separated by spaces or colons)."""
+    return env.get("LD_PRELOAD", "").replace(":", " ").split()
+
+
+def _is_shim(path: str) -> bool:
+    return os.path.basename(path).startswith(TSL_SHIM)
 
 
 class ShimUnavailable(RuntimeError):
@@ -172,7 +180,7 @@ def in_force(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The caps set in `env` (default: this process's), by variable: empty on an uncapped run."""
     env = os.environ if env is None else env
     found = {k: env[k] for k in VARIABLES if env.get(k)}
-    if not any(os.path.basename(p).startswith(TSL_SHIM) for p in env.get("LD_PRELOAD", "").replace(":", " ").split()):
+    if not any(map(_is_shim, _preloaded(env))):
         found.pop(TSL_HIDDEN, None)  # the variable alone hides nothing
     xla = [f.split("=", 1)[1] for f in shlex.split(env.get("XLA_FLAGS", "")) if f.startswith(f"{XLA_FLAG}=")]
     if xla:

@@ -21,7 +21,8 @@ bool _ZN3tsl4port14TestCPUFeatureENS0_10CPUFeatureE(int feature) {
   static int hidden_from = -1;
   if (hidden_from < 0) {
     const char *from = getenv("OPBENCH_TSL_HIDDEN_FROM");
-    hidden_from = from && *from ? atoi(from) : 1 << 30;
+    int first = from ? atoi(from) : 0;
+    hidden_from = first > 0 ? first : 1 << 30; /* unset or not a feature's number: nothing hidden */
   }
   if (feature >= hidden_from) return false;
   if (!own) own = (test_cpu_feature)dlsym(RTLD_NEXT, TEST_CPU_FEATURE);
