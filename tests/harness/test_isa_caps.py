@@ -37,7 +37,18 @@ BF16_ONEDNN = {"avx512": ("Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ e
 BF16_NEWER = {"avx512": (("avx512_core_bf16", "avx512_core_fp16", "amx", "avx10"), ("bf16", "amx")),
               "avx512_bf16": (("avx512_core_fp16", "amx", "avx10"), ("amx",))}
 _KERNEL = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,[^,]*,([^,]*),", re.M)
+_EXEC_LINE = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,.*$", re.M)
 _ISA_LINE = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?info,cpu,isa:(.+?)\s*$", re.M)
+
+
+def _skip_unless_it_lowers(cap: str) -> None:
+    if not isa.lowers(cap):
+        pytest.skip(f"the {cap} cap changes nothing here: {isa.unchanged(cap)}")
+
+
+# a test of what the AVX2 cap changes, which on a CPU without AVX-512 is nothing
+LOWERS_AVX2 = pytest.mark.skipif(not isa.lowers("avx2"),
+                                 reason=f"the avx2 cap changes nothing here: {isa.unchanged('avx2')}")
 
 
 def _probe(library: str, cap: str, dtype: str = "float32") -> tuple[dict, str]:
@@ -89,7 +100,7 @@ def test_a_cap_below_this_cpu_takes_effect(library):
     _check(library, "avx")
 
 
-@pytest.mark.skipif(not isa.lowers("avx2"), reason=f"the avx2 cap changes nothing here: {isa.unchanged('avx2')}")
+@LOWERS_AVX2
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_the_avx2_caps_take_effect_on_an_avx512_host(library):
     _check(library, "avx2")
@@ -100,8 +111,7 @@ def test_the_avx2_caps_take_effect_on_an_avx512_host(library):
 def test_the_bfloat16_caps_take_effect(library, cap):
     """oneDNN's bfloat16 kernels are the older CPUs' (emulated with AVX-512 integer instructions under
     avx512, AVX-512 BF16 dot products without AMX under avx512_bf16), and XLA emits no newer instruction."""
-    if not isa.lowers(cap):
-        pytest.skip(f"the {cap} cap changes nothing here: {isa.unchanged(cap)}")
+    _skip_unless_it_lowers(cap)
     seen, log = _probe(library, cap, "bfloat16")
     newer_kernels, newer_instructions = BF16_NEWER[cap]
     kernels = _kernels(library, cap, log, newer_kernels)
@@ -126,8 +136,7 @@ def test_tensorflow_asks_the_cpu_a_cap_stands_for(cap):
     feature from the cap's first hidden one on and its own answer below it; under the AVX2 cap its
     oneDNN operations are off, as on an AVX2 CPU (TensorFlow turns them on by default only with
     AVX-512 VNNI, AVX-512 BF16, AVX-VNNI or AMX)."""
-    if not isa.lowers(cap):
-        pytest.skip(f"the {cap} cap changes nothing here: {isa.unchanged(cap)}")
+    _skip_unless_it_lowers(cap)
     seen, _ = _probe("tensorflow", cap, "features")
     flags = read_cpu().flags
     assert {n: seen["own"][n] for n in TSL_FLAGS} == {n: flag in flags for n, flag in TSL_FLAGS.items()}
@@ -138,12 +147,12 @@ def test_tensorflow_asks_the_cpu_a_cap_stands_for(cap):
         assert seen["onednn_ops"] is False
 
 
-@pytest.mark.skipif(not isa.lowers("avx2"), reason=f"the avx2 cap changes nothing here: {isa.unchanged('avx2')}")
+@LOWERS_AVX2
 def test_tensorflow_computes_bfloat16_under_the_avx2_cap_as_an_avx2_cpu_does():
     """On an AVX2 CPU TensorFlow computes bfloat16 with Eigen (over oneDNN's float32 sgemm); told this
     CPU's AVX-512 it sent bfloat16 to oneDNN, which has no AVX2 bfloat16 convolution (AbortedError)."""
     _, log = _probe("tensorflow", "avx2", "bfloat16")
-    ran = re.findall(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,.*$", log, re.M)
+    ran = _EXEC_LINE.findall(log)
     assert ran and not [line for line in ran if "bf16" in line], ran
     assert any(",gemm_api," in line for line in ran), ran
 
