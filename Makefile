@@ -22,7 +22,7 @@ export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
 # and its later processes compile many of the same (a set of eight activations and their gradients: 1.6 s
 # cold, 0.3 s read back, on the Xeon). JAX keys each by its version and XLA_FLAGS, so the AVX2-capped
 # leg (test-isa) and the NumPy 1.26 line's JAX keep their own; make clean removes them.
-TESTS := test test-units test-checks test-rest test-rest-units test-rest-checks test-isa test-numpy1 test-full roofline-smoke
+TESTS := test test-units test-checks test-rest test-isa test-numpy1 test-full roofline-smoke
 $(TESTS): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/.cache/jax
 $(TESTS): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 # `make test` leaves JAX's VGG models and its eager training benchmarks to `make bench` (eager JAX
@@ -86,7 +86,7 @@ AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and $(AMP_NOT)"
 SMOKE_M ?= (gemm or conv2d) and not backward
 SMOKE = -m "$(SMOKE_M)" -k "1024x1024x1024 or 16x64x32x32"
 
-.PHONY: venv browser netns-tools test test-units test-checks test-rest test-rest-units test-rest-checks test-isa test-numpy1 test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
+.PHONY: venv browser netns-tools test test-units test-checks test-rest test-isa test-numpy1 test-full bench bench-convergence bench-breakdown bench-distributed roofline-smoke docs report lint clean
 
 venv: $(STAMP)
 
@@ -174,16 +174,9 @@ test-checks: venv netns-tools
 # quick benchmarks' second variants (LATER_K above); `make test` and `make test-rest` together are
 # `make test-full` but its amp cases beyond MLP, LeNet and ResNet-20 and its models beyond the quick list. It
 # also checks the quick operators in bfloat16 (`--dtype bfloat16`, 1.4-1.6 minutes on the Xeon), which no other
-# target runs uncapped. Two lanes side by side, as in `make test`: one after the other they took 25.4 minutes
-# on the 2-core Zen 3 (2026-12-04), the unit tests 11.5 of them and the checks 13.4.
+# target runs uncapped.
 test-rest: venv browser netns-tools
-	@echo "make test-rest: the unit tests marked full and the checks' second variants, $(TEST_JOBS) at a time"
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-rest-units test-rest-checks
-
-test-rest-units: venv browser netns-tools
 	$(PYTEST) tests -q -p no:cacheprovider $(QUICK) -m full
-
-test-rest-checks: venv netns-tools
 	$(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider -k "$(QUICK_K) and ($(LATER_K))" $(CONVERGENCE_QUICK)
 	$(PYTEST) benchmarks/ops --benchmark-disable -q -p no:cacheprovider --dtype bfloat16 $(QUICK)
 	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_REST)
