@@ -36,19 +36,24 @@ BF16_ONEDNN = {"avx512": ("Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ e
                "avx512_bf16": ("Intel AVX-512 with Intel DL Boost and bfloat16 support", ":avx512_core_bf16")}
 BF16_NEWER = {"avx512": (("avx512_core_bf16", "avx512_core_fp16", "amx", "avx10"), ("bf16", "amx")),
               "avx512_bf16": (("avx512_core_fp16", "amx", "avx10"), ("amx",))}
-_KERNEL = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,[^,]*,([^,]*),", re.M)
-_EXEC_LINE = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?(?:primitive,)?exec,cpu,.*$", re.M)
-_ISA_LINE = re.compile(r"^(?:onednn|dnnl)_verbose,(?:v1,)?info,cpu,isa:(.+?)\s*$", re.M)
+_VERBOSE = r"^(?:onednn|dnnl)_verbose,(?:v1,)?"  # oneDNN 3's lines and MXNet's oneDNN 2's
+_EXEC = _VERBOSE + r"(?:primitive,)?exec,cpu,"
+_KERNEL = re.compile(_EXEC + r"[^,]*,([^,]*),", re.M)
+_EXEC_LINE = re.compile(_EXEC + r".*$", re.M)
+_ISA_LINE = re.compile(_VERBOSE + r"info,cpu,isa:(.+?)\s*$", re.M)
+
+
+def _unchanged(cap: str) -> str:
+    return f"the {cap} cap changes nothing here: {isa.unchanged(cap)}"
 
 
 def _skip_unless_it_lowers(cap: str) -> None:
     if not isa.lowers(cap):
-        pytest.skip(f"the {cap} cap changes nothing here: {isa.unchanged(cap)}")
+        pytest.skip(_unchanged(cap))
 
 
 # a test of what the AVX2 cap changes, which on a CPU without AVX-512 is nothing
-LOWERS_AVX2 = pytest.mark.skipif(not isa.lowers("avx2"),
-                                 reason=f"the avx2 cap changes nothing here: {isa.unchanged('avx2')}")
+LOWERS_AVX2 = pytest.mark.skipif(not isa.lowers("avx2"), reason=_unchanged("avx2"))
 
 
 def _probe(library: str, cap: str, dtype: str = "float32") -> tuple[dict, str]:
