@@ -63,14 +63,24 @@ def test_the_command_name_may_hold_spaces_and_parentheses(tmp_path):
     assert cpu_seconds(tmp_path) == {7: 30 / TICK, 8: 5 / TICK}
 
 
-def test_a_team_of_two_and_an_idle_thread(tmp_path):
+@pytest.fixture
+def unsampled(monkeypatch):
+    """The CPU-time witness alone: the sampler takes no sample before it is stopped. A fake
+    /proc's threads are never in state R, so samples would count 0 whenever the calls outlast
+    MIN_SAMPLES readings (CI, beside the checks' lane: 3 calls took 95 ms, 28 samples)."""
+    from opbench.harness import observed_threads as module
+
+    monkeypatch.setattr(module, "SAMPLE_EVERY", 3600.0)
+
+
+def test_a_team_of_two_and_an_idle_thread(tmp_path, unsampled):
     proc = FakeProc(tmp_path, {1: "python", 2: "omp", 3: "idle"})
     seen = observe(lambda: proc.spend(t1=10, t2=9, t3=0), min_seconds=60, max_calls=3, tasks=tmp_path)
-    assert seen.calls == 3 and seen.count == 2
+    assert seen.calls == 3 and not seen.running and seen.count == 2
     assert seen.busy == (30 / TICK, 27 / TICK)
 
 
-def test_a_helper_thread_below_the_share_is_not_in_the_team(tmp_path):
+def test_a_helper_thread_below_the_share_is_not_in_the_team(tmp_path, unsampled):
     # MXNet's engine worker does the work, the caller waits (measured: 0.98 and 0.10 of the wall time)
     proc = FakeProc(tmp_path, {1: "worker", 2: "caller"})
     assert observe(lambda: proc.spend(t1=98, t2=10), min_seconds=0, max_calls=1, tasks=tmp_path).count == 1
