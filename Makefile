@@ -57,28 +57,34 @@ QUICK ?= -k "$(QUICK_K)"
 # operator backward passes (each operator's backward is checked eagerly in every framework and compiled by
 # TensorFlow, XLA, MXNet and JAX, and torch.compile's training steps of the MLP and LeNet compile the
 # backward of dense, convolution, ReLU, pooling and the loss: gcc's 18 s of a cold cache on the Xeon,
-# 2026-12-04, about 40 expected on the Zen 3).
+# 2026-12-04, about 40 expected on the Zen 3); and torch.compile's MLP training step (its dense layers, ReLU and
+# loss train compiled in LeNet's step, which make test keeps: the MLP's own compile was the checks lane's 35 s
+# on 2 Zen 3 cores, 2026-12-04).
 COMPILED_K := compile or graph or xla or hybridize
 LATER_K := vgg10 or (($(COMPILED_K)) and (resnet20 or lstm)) \
   or (data_parallel and not (ddp or mirrored or kvstore-sync)) \
   or (inference and ($(COMPILED_K)) and b1]) or (convergence and lenet) \
   or (jax and eager and inference and (resnet20 or lstm)) or (training and resnet20) \
-  or (compile and backward)
+  or (compile and backward) or (compile and training and mlp)
 BENCH_QUICK ?= -k "$(QUICK_K) and not ($(LATER_K))"
 # Unit tests marked `full` are a slow test's second variant whose first variant `make test` runs, or a slow
 # test of a path `make test` reaches otherwise (tests/conftest.py says which): `make test-rest` and
 # `make test-full` run them.
 UNIT_QUICK ?= -m "not full"
 # (a marker expression: -k would also match the unit tests whose names say convergence)
-CONVERGENCE_QUICK ?= -m "not convergence or (eager and not jax) or jit"
+CONVERGENCE_M := not convergence or (eager and not jax) or jit
+CONVERGENCE_QUICK ?= -m "$(CONVERGENCE_M)"
 # Mixed precision in `make test`: LeNet (convolutions, pooling, dense layers) in each framework's plain mode
 # (and JAX's jit), checked, with every layer kind (batch norm and residuals included) checked under amp in every
 # framework by tests/frameworks/test_precision.py;
 # `make test-rest` checks the MLP's and ResNet-20's, and `make bench` checks and times every mode and model.
+# make test checks LeNet's in the same pytest process as the float32 benchmarks (--precision float32,amp, the amp
+# cases chosen by their marker; BENCH_QUICK leaves out eager JAX's training): a process of its own imported the four
+# frameworks again.
 AMP_ARGS := --precision amp --mode eager,jit -k
 AMP_NOT := not (jax and eager and training)
-AMP_QUICK ?= $(AMP_ARGS) "lenet and $(AMP_NOT)"
 AMP_REST := $(AMP_ARGS) "(mlp or resnet20) and $(AMP_NOT)"
+CHECKS_SELECT ?= --precision float32,amp $(BENCH_QUICK) -m "(not amp and ($(CONVERGENCE_M))) or (amp and lenet and (eager or jit))"
 
 # The roofline on the host at hand: the largest quick GEMM and the larger quick conv2d (stride 1), every
 # installed framework and mode, timed (a few rounds, nothing saved): none may exceed the ceiling derived
@@ -166,8 +172,7 @@ test-units: venv browser netns-tools
 
 test-checks: venv netns-tools
 	$(PYTEST) $(UNIT_SPLIT) -q -p no:cacheprovider $(QUICK) $(UNIT_QUICK)
-	$(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider $(BENCH_QUICK) $(CONVERGENCE_QUICK)
-	$(PYTEST) benchmarks/e2e --benchmark-disable -q -p no:cacheprovider $(AMP_QUICK)
+	$(PYTEST) benchmarks --benchmark-disable -q -p no:cacheprovider $(CHECKS_SELECT)
 	$(MAKE) --no-print-directory roofline-smoke
 
 # What `make test` leaves to its second run, which CI runs after it: the unit tests marked `full` and the
@@ -213,7 +218,7 @@ roofline-smoke: venv
 	  --benchmark-max-time=0.05 --benchmark-warmup-iterations=2 --benchmark-columns=min,median,rounds
 
 test-full:
-	$(MAKE) test QUICK= BENCH_QUICK= UNIT_QUICK= CONVERGENCE_QUICK= AMP_QUICK="--precision amp" SMOKE_M="gemm or conv2d"
+	$(MAKE) test QUICK= BENCH_QUICK= UNIT_QUICK= CONVERGENCE_QUICK= CHECKS_SELECT="--precision float32,amp" SMOKE_M="gemm or conv2d"
 
 # Each framework's cases in workers of their own (--isolate framework, docs/usage/running.md): one process
 # for everything grew to 20 GB and gave a case's memory figure whatever earlier cases left resident.
