@@ -66,12 +66,8 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
+@_one_blas_thread()
 def _lstm_forward(params, i: str, x, units):
-    with _one_blas_thread():
-        return _lstm_steps(params, i, x, units)
-
-
-def _lstm_steps(params, i: str, x, units):
     n, t, _ = x.shape
     h, c = np.zeros((n, units)), np.zeros((n, units))
     steps = []
@@ -86,12 +82,8 @@ def _lstm_steps(params, i: str, x, units):
     return h, steps
 
 
+@_one_blas_thread()
 def _lstm_backward(params, i, x, steps, dh, units):
-    with _one_blas_thread():
-        return _lstm_steps_back(params, i, x, steps, dh, units)
-
-
-def _lstm_steps_back(params, i, x, steps, dh, units):
     grads = {k: np.zeros_like(params[f"{i}.{k}"]) for k in ("Wx", "Wh", "b")}
     dx = np.zeros_like(x)
     dc = np.zeros_like(dh)
